@@ -1,0 +1,27 @@
+"""The host side of cellgate: sandbox launcher, gate, recorder, Session and CLI.
+
+Public API::
+
+    from cellgate.gate import Session, CellResult, Tool, ToolRegistry, Settings
+"""
+
+from .config import Settings, load_settings
+from .errors import CellgateError, ConfigError, KernelDied, SandboxError, SandboxUnavailable, SessionError
+from .session import CellResult, Session
+from .tools import Tool, ToolRegistry, tool_from_function
+
+__all__ = [
+    "CellResult",
+    "CellgateError",
+    "ConfigError",
+    "KernelDied",
+    "SandboxError",
+    "SandboxUnavailable",
+    "Session",
+    "SessionError",
+    "Settings",
+    "Tool",
+    "ToolRegistry",
+    "load_settings",
+    "tool_from_function",
+]

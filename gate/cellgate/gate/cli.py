@@ -1,0 +1,134 @@
+"""The ``cellgate`` command line: exec, doctor, install."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .errors import CellgateError, ConfigError, SandboxUnavailable
+from .session import CellResult, Session
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+err = Console(stderr=True, highlight=False)
+
+
+def _read_program(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    try:
+        return Path(name).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read program {name!r}: {exc.strerror}; check the path") from None
+
+
+def print_outputs(result: CellResult) -> None:
+    tty = sys.stdout.isatty()
+    for output in result.outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            (sys.stdout if output.get("name") == "stdout" else sys.stderr).write(output["text"])
+        elif kind in ("execute_result", "display_data"):
+            plain = output.get("data", {}).get("text/plain")
+            if plain:
+                sys.stdout.write(plain + "\n")
+        elif kind == "error":
+            text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
+            sys.stderr.write((text if tty else ANSI.sub("", text)) + "\n")
+    sys.stdout.flush()
+
+
+async def _exec(args: argparse.Namespace) -> int:
+    programs = [(name, _read_program(name)) for name in args.programs]
+    overrides: dict[str, Any] = {}
+    if args.timeout:
+        overrides["cell_timeout"] = args.timeout
+    async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
+                       isolation=args.isolation, **overrides) as session:
+        if session.sandbox_info.get("isolation") == "none":
+            err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
+        failed = 0
+        for name, code in programs:
+            result = await session.execute(code)
+            print_outputs(result)
+            if not result.ok:
+                err.print(f"[red]cell {name} ended with status {result.status}[/]"
+                          + (f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else ""))
+                failed += 1
+                break
+        err.print(f"[dim]audit notebook: {session.notebook_path}[/]")
+    return 1 if failed else 0
+
+
+def _add_exec(sub: Any) -> None:
+    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session")
+    p.add_argument("programs", nargs="+", metavar="PROGRAM", help="a Python file per cell, or - for stdin")
+    p.add_argument("--config", help="cellgate.toml (default: $CELLGATE_CONFIG, then ./cellgate.toml)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py", help="Python files whose functions are tools")
+    p.add_argument("--notebook", help="where to write the audit notebook")
+    p.add_argument("--isolation", choices=["gvisor", "none"],
+                   help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
+    p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
+    p.set_defaults(run=lambda a: asyncio.run(_exec(a)))
+
+
+def _add_install(sub: Any) -> None:
+    p = sub.add_parser("install", help="install the cellgate kernelspec for Jupyter frontends")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (the default)")
+    where.add_argument("--prefix", help="under this prefix")
+
+    def run(a: argparse.Namespace) -> int:
+        from .kernelspec import install
+
+        prefix = a.prefix if a.prefix else (None if a.user else sys.prefix)
+        path = install(user=a.user, prefix=prefix)
+        print(f"installed kernelspec 'cellgate' in {path}")
+        return 0
+
+    p.set_defaults(run=run)
+
+
+def _add_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check (and with --fix, install) what cellgate needs")
+    p.add_argument("--fix", action="store_true", help="install gVisor's runsc through apt (needs root)")
+    p.add_argument("--clean", action="store_true", help="remove sandboxes left behind by crashed sessions")
+
+    def run(a: argparse.Namespace) -> int:
+        from .doctor import doctor
+
+        return doctor(fix=a.fix, clean=a.clean)
+
+    p.set_defaults(run=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
+                                     "gVisor-sandboxed, every tool call gated, every cell recorded.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_exec(sub)
+    _add_install(sub)
+    _add_doctor(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SandboxUnavailable as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        return 3
+    except CellgateError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

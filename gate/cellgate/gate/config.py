@@ -1,0 +1,98 @@
+"""``cellgate.toml``: tools, sandbox limits and where audit notebooks go.
+
+Found through ``--config``, then ``CELLGATE_CONFIG``, then ``cellgate.toml``
+in the working directory. Parsed into frozen pydantic models; unknown keys
+are rejected with their location and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+
+CONFIG_NAME = "cellgate.toml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolsConfig(_Strict):
+    modules: list[str] = Field(default_factory=list, description="Python files whose public functions are tools")
+
+
+class SandboxSettings(_Strict):
+    isolation: Literal["gvisor", "none"] = "gvisor"
+    runsc: str | None = None
+    platform: Literal["systrap", "ptrace", "kvm"] | None = None
+    memory_mb: int = Field(1024, ge=128, le=65536)
+    pids: int = Field(256, ge=128, le=65536)
+    open_files: int = Field(1024, ge=64, le=1 << 20)
+    tmp_mb: int = Field(256, ge=1, le=65536)
+    workspace: str | None = None
+    cell_timeout: float = Field(600.0, gt=0)
+    interrupt_grace: float = Field(5.0, gt=0)
+    call_timeout: float = Field(30.0, gt=0)
+    start_timeout: float = Field(60.0, gt=0)
+
+
+class AuditConfig(_Strict):
+    dir: str = "cellgate-runs"
+
+
+class Settings(_Strict):
+    tools: ToolsConfig = ToolsConfig()
+    sandbox: SandboxSettings = SandboxSettings()
+    audit: AuditConfig = AuditConfig()
+    # Where relative paths in the file are resolved from.
+    base_dir: str = Field(default_factory=os.getcwd, exclude=True)
+
+    def resolve(self, path: str) -> Path:
+        return (Path(self.base_dir) / os.path.expanduser(path)).resolve()
+
+    def tool_paths(self) -> list[Path]:
+        return [self.resolve(p) for p in self.tools.modules]
+
+
+def find_config(explicit: str | None = None, cwd: str | None = None) -> Path | None:
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"config file {explicit!r} does not exist; check the --config path")
+        return path.resolve()
+    env = os.environ.get("CELLGATE_CONFIG")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise ConfigError(f"CELLGATE_CONFIG={env!r} does not exist; fix or unset it")
+        return path.resolve()
+    local = Path(cwd or os.getcwd()) / CONFIG_NAME
+    return local.resolve() if local.is_file() else None
+
+
+def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
+    if path is None:
+        return Settings(base_dir=cwd or os.getcwd())
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    try:
+        return Settings(**data, base_dir=str(path.parent))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            if error["type"] == "extra_forbidden":
+                problems.append(f"unknown key {where!r}: remove it or check its spelling")
+            else:
+                problems.append(f"{where} = {error.get('input')!r}: {error['msg']}")
+        raise ConfigError(f"{path}: " + "; ".join(problems)) from None

@@ -1,0 +1,246 @@
+"""The OCI bundle and the runsc command line, built by pure functions.
+
+Everything that decides how the sandbox is launched lives here, so a unit test
+can pin it (SECURITY.md P3): gVisor puts the OCI spec and its own flags
+outside its CVE scope, so this file *is* our security boundary's
+configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+SANDBOX_UID: Final = 1000
+SANDBOX_GID: Final = 1000
+
+# Paths inside the sandbox.
+IPC_DIR: Final = "/run/cellgate/ipc"
+CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
+TOOLS_DIR: Final = "/opt/cellgate/tools"
+WORKSPACE: Final = "/workspace"
+
+# Host system directories the interpreter needs, bound read-only when present.
+SYSTEM_DIRS: Final = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
+
+ENV_ALLOWLIST: Final = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "JUPYTER_RUNTIME_DIR",
+        "JUPYTER_PLATFORM_DIRS",
+        "IPYTHONDIR",
+        "MPLCONFIGDIR",
+        "MPLBACKEND",
+        "TMPDIR",
+        "CELLGATE_RLIMIT_AS",
+        "CELLGATE_REPLY_WAIT",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 1 << 30
+    pids: int = 256
+    open_files: int = 1024
+    tmp_bytes: int = 256 << 20
+    workspace_bytes: int = 256 << 20
+    # Address-space cap applied by the kernel, under the cgroup limit, so an
+    # over-allocation is a MemoryError in the cell rather than an OOM kill.
+    address_space_fraction: float = 0.9
+
+    @property
+    def address_space_bytes(self) -> int:
+        return int(self.memory_bytes * self.address_space_fraction)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Host paths that make up one sandbox's bundle."""
+
+    bundle: str  # holds config.json and rootfs/
+    etc: str  # generated passwd, group, hosts
+    ipc: str  # empty, 0700, owned by the sandbox uid: the kernel binds its sockets here
+    conn: str  # the kernel's connection file (read-only inside)
+    tools: str  # the generated tools package (read-only inside)
+    python_dirs: tuple[str, ...]  # interpreter prefixes and package dirs (read-only)
+    workspace: str | None = None  # a host folder bound read-write, or None for a tmpfs
+
+    @property
+    def rootfs(self) -> str:
+        return os.path.join(self.bundle, "rootfs")
+
+
+def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str, Any]:
+    options = ["rbind", "nosuid", "nodev", "rw" if writable else "ro"]
+    return {"destination": destination, "type": "bind", "source": source, "options": options}
+
+
+def _tmpfs(destination: str, size: int, mode: str = "1777") -> dict[str, Any]:
+    return {
+        "destination": destination,
+        "type": "tmpfs",
+        "source": "tmpfs",
+        "options": ["nosuid", "nodev", f"size={size}", f"mode={mode}"],
+    }
+
+
+def rootfs_links() -> dict[str, str]:
+    """Symlinks to recreate in the empty rootfs, for merged-/usr hosts (/lib -> usr/lib)."""
+    return {
+        directory.lstrip("/"): os.readlink(directory)
+        for directory in SYSTEM_DIRS
+        if os.path.islink(directory)
+    }
+
+
+def mounts(layout: Layout, limits: Limits) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+        _tmpfs("/tmp", limits.tmp_bytes),
+        _tmpfs("/dev/shm", 64 << 20),
+    ]
+    bound = set()
+    for directory in SYSTEM_DIRS:
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            result.append(_bind(directory, directory))
+            bound.add(directory)
+    for directory in layout.python_dirs:
+        if not any(directory == b or directory.startswith(b + "/") for b in bound):
+            result.append(_bind(directory, directory))
+            bound.add(directory)
+    result += [
+        _bind(layout.etc, "/etc"),
+        _bind(layout.conn, os.path.dirname(CONNECTION_FILE)),
+        _bind(layout.tools, TOOLS_DIR),
+        _bind(layout.ipc, IPC_DIR, writable=True),
+    ]
+    if layout.workspace:
+        result.append(_bind(layout.workspace, WORKSPACE, writable=True))
+    else:
+        result.append(_tmpfs(WORKSPACE, limits.workspace_bytes, mode="0755"))
+    return result
+
+
+def environment(python_path: list[str], limits: Limits, reply_wait: float) -> list[str]:
+    """The sandbox's whole environment: an allowlist, never the host's."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKSPACE,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": ":".join([TOOLS_DIR, *python_path]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "IPYTHONDIR": "/tmp/ipython",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "TMPDIR": "/tmp",
+        "CELLGATE_RLIMIT_AS": str(limits.address_space_bytes),
+        "CELLGATE_REPLY_WAIT": f"{reply_wait:g}",
+    }
+    assert set(env) <= ENV_ALLOWLIST
+    return [f"{k}={v}" for k, v in sorted(env.items())]
+
+
+def spec(
+    layout: Layout,
+    limits: Limits,
+    argv: list[str],
+    env: list[str],
+    sandbox_id: str,
+    hostname: str = "cellgate",
+) -> dict[str, Any]:
+    """The OCI runtime spec (config.json) of one sandboxed kernel."""
+    rlimits = [
+        {"type": "RLIMIT_NOFILE", "hard": limits.open_files, "soft": limits.open_files},
+        {"type": "RLIMIT_NPROC", "hard": limits.pids, "soft": limits.pids},
+        {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+        {"type": "RLIMIT_FSIZE", "hard": limits.workspace_bytes, "soft": limits.workspace_bytes},
+    ]
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID},
+            "args": argv,
+            "env": env,
+            "cwd": WORKSPACE,
+            "capabilities": {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
+            "rlimits": rlimits,
+            "noNewPrivileges": True,
+        },
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": hostname,
+        "mounts": mounts(layout, limits),
+        "linux": {
+            # Without a cgroups path runsc creates no cgroup and the limits below
+            # would not be enforced.
+            "cgroupsPath": f"/cellgate/{sandbox_id}",
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+            "resources": {
+                "memory": {"limit": limits.memory_bytes},
+                "pids": {"limit": limits.pids},
+            },
+            "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"],
+        },
+    }
+
+
+# Flags that must never appear (SECURITY.md, A1 and P3).
+FORBIDDEN_FLAG_PREFIXES: Final = (
+    "--network=host",
+    "--net-raw",
+    "--TESTONLY",
+    "--profile",
+    "--iouring",
+    "--allow-suid",
+    "--debug",
+    "--strace",
+    "--overlay2=none",
+    "--ignore-cgroups",
+    "--host-uds=all",
+    "--host-uds=open",
+    "--rootless",
+)
+
+
+def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_id: str) -> list[str]:
+    """The exact runsc command that runs one sandbox in the foreground."""
+    return [
+        runsc,
+        f"--root={state_root}",
+        "--network=none",
+        "--host-uds=create",
+        f"--platform={platform}",
+        "run",
+        f"--bundle={bundle}",
+        sandbox_id,
+    ]
+
+
+def etc_files(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> dict[str, str]:
+    """The small generated /etc: never the host's."""
+    return {
+        "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:cellgate sandbox:{WORKSPACE}:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nsandbox:x:{gid}:\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    }
+
+
+
+
+def parse_env(env: list[str]) -> list[tuple[str, str]]:
+    return [tuple(item.split("=", 1)) for item in env]  # type: ignore[misc]

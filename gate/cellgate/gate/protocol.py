@@ -1,0 +1,101 @@
+"""Parsing what arrives from the sandbox: hostile by assumption.
+
+One strict JSON decoder for every message from the kernel (installed as the
+host ``jupyter_client.Session`` unpacker, so pickle is never possible) and one
+validator for tool-call requests. Every rejection is a ``ProtocolError`` with
+a message fit for the journal and for the error reply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from cellgate.kernel.wire import MAX_REQUEST_BYTES, OP_CALL
+
+MAX_DEPTH = 64
+_ID = re.compile(r"^[0-9a-f]{8,64}$")
+_TOOL = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,127}$")
+
+
+class ProtocolError(ValueError):
+    """A malformed message or request from the sandbox."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ProtocolError(f"duplicate key {key[:64]!r} in a JSON object")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise ProtocolError(f"{name} is not valid JSON")
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ProtocolError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        elif char in "]}":
+            depth -= 1
+
+
+def strict_loads(data: bytes | str) -> Any:
+    """Decode JSON strictly: no duplicate keys, no NaN/Infinity, bounded depth."""
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    if isinstance(text, memoryview):  # pragma: no cover - defensive
+        text = bytes(text).decode("utf-8")
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        _check_depth(text)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except ProtocolError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"invalid JSON: {str(exc)[:200]}") from None
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    id: str
+    tool: str
+    args: dict[str, Any]
+
+
+def parse_call(data: Any, size: int) -> CallRequest:
+    """Validate a tool-call request (``wire`` module docstring) or raise ProtocolError."""
+    if size > MAX_REQUEST_BYTES:
+        raise ProtocolError(f"request of {size} bytes exceeds the {MAX_REQUEST_BYTES} byte limit")
+    if not isinstance(data, dict):
+        raise ProtocolError(f"request must be a JSON object, got {type(data).__name__}")
+    if data.get("op") != OP_CALL:
+        raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the only op is {OP_CALL!r}")
+    unknown = set(data) - {"op", "id", "tool", "args"}
+    if unknown:
+        raise ProtocolError(f"unknown request fields {sorted(unknown)[:8]}")
+    call_id, tool, args = data.get("id"), data.get("tool"), data.get("args")
+    if not isinstance(call_id, str) or not _ID.match(call_id):
+        raise ProtocolError(f"request id {str(call_id)[:80]!r} must be 8-64 lowercase hex digits")
+    if not isinstance(tool, str) or not _TOOL.match(tool):
+        raise ProtocolError(f"tool name {str(tool)[:80]!r} is not a valid tool name")
+    if not isinstance(args, dict):
+        raise ProtocolError(f"args of {tool!r} must be a JSON object, got {type(args).__name__}")
+    return CallRequest(id=call_id, tool=tool, args=args)

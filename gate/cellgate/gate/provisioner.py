@@ -1,0 +1,178 @@
+"""The ``cellgate-gvisor`` kernel provisioner.
+
+Registered under the ``jupyter_client.kernel_provisioners`` entry point, so
+every frontend that launches the ``cellgate`` kernelspec (JupyterLab,
+``jupyter console``, nbclient, papermill, our ``Session``) gets the same
+sandbox, gate and audit notebook. The frontend's connection file points at
+the host-side relay of ``GateService``; the kernel itself lives in gVisor,
+reachable only through its ipc sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.provisioning import LocalProvisioner
+
+from cellgate.kernel import stubgen
+
+from . import oci
+from .config import Settings, find_config, load_settings
+from .gate import Gate
+from .recorder import Recorder
+from .runsc import find as find_runsc
+from .sandbox import Sandbox, SandboxConfig, reap_leftovers
+from .service import CellTimeouts, GateService
+from .tools import ToolRegistry
+from .versions import versions
+
+
+def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:
+    settings = load_settings(find_config(options.get("config"), cwd), cwd)
+    sandbox_overrides = {k: v for k, v in (options.get("sandbox") or {}).items() if v is not None}
+    if sandbox_overrides:
+        settings = settings.model_copy(
+            update={"sandbox": settings.sandbox.model_copy(update=sandbox_overrides)}
+        )
+    return settings
+
+
+class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
+    """Launches the kernel inside gVisor behind a host-side gate and recorder.
+
+    Launch options arrive as ``start_kernel(cellgate={...})`` (``config``,
+    ``tools``, ``notebook``, ``sandbox`` overrides) from ``Session``; a plain
+    frontend passes none and gets ``cellgate.toml`` from ``CELLGATE_CONFIG``
+    or the kernel's working directory.
+    """
+
+    service: GateService | None = None
+    sandbox: Sandbox | None = None
+    settings: Settings | None = None
+    recorder: Recorder | None = None
+    _options: dict[str, Any] | None = None
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Called by the KernelManager before each launch, restarts included."""
+        options = kwargs.pop("cellgate", None)
+        if options is not None:
+            self._options = options
+        options = self._options or {}
+        kwargs.pop("env", None)  # the host's environment never reaches the sandbox
+        cwd = kwargs.get("cwd")
+        kwargs = await super().pre_launch(**kwargs)
+        if self.service is None:
+            await asyncio.to_thread(reap_leftovers)
+            self.settings = settings_for(options, cwd)
+            self._start_service(options)
+        return kwargs
+
+    def _start_service(self, options: dict[str, Any]) -> None:
+        settings = self.settings
+        assert settings is not None
+        box = settings.sandbox
+        self.runsc = find_runsc(box.runsc, box.platform) if box.isolation == "gvisor" else None
+        tool_paths = [*settings.tool_paths(), *(Path(p).resolve() for p in options.get("tools") or [])]
+        self.registry = ToolRegistry.from_paths(tool_paths)
+        self.tools_files = stubgen.generate(self.registry.manifest())
+        session_id = options.get("session_id") or uuid.uuid4().hex
+        notebook = options.get("notebook")
+        if notebook:
+            notebook_path = Path(notebook).resolve()
+        else:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            notebook_path = settings.resolve(settings.audit.dir) / f"{stamp}-{session_id[:8]}.ipynb"
+        self.limits = oci.Limits(
+            memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
+        )
+        metadata = {
+            "session_id": session_id,
+            "versions": versions(),
+            "python": platform.python_version(),
+            "sandbox": {
+                "isolation": box.isolation,
+                **(self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}),
+                "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
+                           "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
+                           "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout},
+                "network": "none",
+            },
+            "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
+                      "sources": [str(p) for p in tool_paths]},
+        }
+        self.recorder = Recorder(notebook_path, metadata)
+        gate = Gate(self.registry, call_timeout=box.call_timeout)
+        self.service = GateService(
+            self.connection_info, gate, self.recorder,
+            CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
+        )
+        self.service.start()
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        """Start the sandbox, wait for its sockets, and connect the relay to them."""
+        assert self.settings is not None and self.service is not None
+        box = self.settings.sandbox
+        config = SandboxConfig(
+            isolation=box.isolation, runsc=self.runsc, limits=self.limits,
+            reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
+        )
+        key = self.connection_info["key"]
+        key = key.decode() if isinstance(key, bytes) else key
+        sandbox = Sandbox(config, self.tools_files, key)
+        self.sandbox = sandbox
+        await asyncio.to_thread(sandbox.start)
+        await asyncio.to_thread(sandbox.wait_for_sockets, box.start_timeout)
+        self.service.attach(sandbox)
+        self.process = sandbox.process
+        self.pid = sandbox.process.pid if sandbox.process else None
+        return dict(self.connection_info)
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        if self.service is not None:
+            self.service.expect_exit()
+
+    async def send_signal(self, signum: int) -> None:
+        if self.sandbox is None:
+            return
+        if signum == signal.SIGKILL:
+            await asyncio.to_thread(self.sandbox.kill)
+        elif signum == signal.SIGINT and self.service is not None:
+            self.service._call(self.service._interrupt())
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.sandbox is not None:
+            await asyncio.to_thread(self.sandbox.kill)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self.kill(restart)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Called after the kernel stopped: drop the sandbox; end the record unless restarting."""
+        if self.service is not None and self.sandbox is not None:
+            self.service.detach("restart" if restart else "shutdown")
+        if self.sandbox is not None:
+            await asyncio.to_thread(self.sandbox.delete)
+            self.sandbox = None
+        if not restart and self.service is not None:
+            self.service.stop()
+            self.service = None
+            if self.recorder is not None:
+                self.recorder.close()
+        await super().cleanup(restart=restart)
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        return max(recommended, 5.0)
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return max(recommended, 10.0)
+
+    @property
+    def notebook_path(self) -> Path | None:
+        return self.recorder.notebook_path if self.recorder else None

@@ -1,0 +1,25 @@
+"""Deletes one sandbox when its host process goes away, however it goes.
+
+Started by ``Sandbox.start`` with a pipe on stdin. The host writes ``done``
+after it deleted the sandbox itself; end-of-file without it means the host
+died, and the reaper deletes the sandbox and its run folder.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .sandbox import reap_leftovers
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    if sys.stdin.buffer.read().strip() == b"done":
+        return
+    # The host is gone: its owner record is stale, so the sandbox is a leftover.
+    reap_leftovers(folder.parent)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+"""The host side of one kernel: relay, gate and recorder on one event loop.
+
+``GateService`` runs on its own thread with its own asyncio loop, so it works
+the same under a sync ``KernelManager``, an async one, nbclient or a Jupyter
+server. It binds the frontend-facing Jupyter sockets (the ones in the
+connection file the frontend reads) and relays them to the sandboxed
+kernel's ipc sockets. On the way it:
+
+- records each ``execute_request`` the frontend sent (the host's copy of the
+  program: never the kernel's account of it) as a cell, FIFO;
+- serves tool calls arriving on IOPub, attributing each to the running cell
+  (host state; a call when no cell runs is refused) and replying on control;
+- collects each cell's outputs, enforces the wall-clock timeout (interrupt,
+  grace, kill) and writes the audit notebook when the cell ends;
+- keeps its own comm traffic away from frontends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.session import Session
+
+from cellgate.kernel.wire import COMM_TARGET
+
+from .gate import Gate, utcnow
+from .protocol import ProtocolError, parse_call
+from .recorder import CellRecord, Recorder
+from .sandbox import Sandbox
+
+DELIM = b"<IDS|MSG>"
+MAX_KERNEL_MESSAGE = 64 << 20
+MAX_GATE_COMMS = 64
+ROUTED = ("shell", "control", "stdin", "hb")
+
+
+@dataclass(frozen=True)
+class CellTimeouts:
+    cell: float = 600.0
+    interrupt_grace: float = 5.0
+
+
+@dataclass
+class _Pending:
+    record: CellRecord
+    header: dict[str, Any]
+    idents: list[bytes]
+    replied: bool = False
+    idle: bool = False
+    reply_status: str | None = None
+    timed_out: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+def _session(key: str | bytes) -> Session:
+    return Session(
+        key=key if isinstance(key, bytes) else key.encode(), signature_scheme="hmac-sha256", check_pid=False,
+        unpacker="cellgate.gate.protocol.strict_loads",
+    )
+
+
+class GateService:
+    def __init__(
+        self,
+        front: dict[str, Any],
+        gate: Gate,
+        recorder: Recorder,
+        timeouts: CellTimeouts,
+    ) -> None:
+        self.front_info = front
+        self.gate = gate
+        self.recorder = recorder
+        self.timeouts = timeouts
+        self.sandbox: Sandbox | None = None
+        self._kernel_session = _session(front["key"])
+        self._front_session = _session(front["key"])
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._back_tasks: set[asyncio.Task[Any]] = set()
+        self._back: dict[str, zmq.asyncio.Socket] = {}
+        self._host_control: zmq.asyncio.Socket | None = None
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._gate_comms: set[str] = set()
+        self._results: dict[str, concurrent.futures.Future[CellRecord]] = {}
+        self._results_lock = threading.Lock()
+        self._stopping = False
+        self._exit_expected = False
+        self.kernel_events: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------ thread API
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(10)
+        self._call(self._bind_front())
+
+    def _thread_main(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.ctx = zmq.asyncio.Context()
+        self._ready.set()
+        self.loop.run_forever()
+        self.loop.close()
+
+    def _call(self, coro: Any, timeout: float = 60) -> Any:
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def attach(self, sandbox: Sandbox) -> None:
+        """Connect to a started sandbox's sockets (after ``wait_for_sockets``)."""
+        self._call(self._attach(sandbox))
+
+    def expect_exit(self) -> None:
+        """The frontend asked the kernel to shut down: its exit is not a death."""
+        self._exit_expected = True
+
+    def detach(self, reason: str) -> None:
+        """Stop relaying to the current kernel (before a restart or shutdown)."""
+        self._call(self._detach(reason))
+
+    def stop(self) -> None:
+        if self.loop is None or not self._thread.is_alive():
+            return
+        self._call(self._stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    def result_future(self, msg_id: str) -> concurrent.futures.Future[CellRecord]:
+        """A future resolved with the record of the cell started by ``msg_id``."""
+        with self._results_lock:
+            future = self._results.get(msg_id)
+            if future is None:
+                future = self._results[msg_id] = concurrent.futures.Future()
+                while len(self._results) > 4096:  # frontends' cells nobody waits for
+                    self._results.pop(next(iter(self._results)))
+            return future
+
+    # ------------------------------------------------------------- sockets
+    def _spawn(self, coro: Any, back: bool = False) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        group = self._back_tasks if back else self._tasks
+        group.add(task)
+        task.add_done_callback(group.discard)
+        return task
+
+    def _front_url(self, channel: str) -> str:
+        info = self.front_info
+        port = info[f"{channel}_port"]
+        if info.get("transport", "tcp") == "ipc":
+            return f"ipc://{info['ip']}-{port}"
+        return f"tcp://{info['ip']}:{port}"
+
+    async def _bind_front(self) -> None:
+        self._front: dict[str, zmq.asyncio.Socket] = {}
+        for channel in ROUTED:
+            sock = self.ctx.socket(zmq.ROUTER)
+            sock.linger = 0
+            sock.router_handover = 1
+            sock.bind(self._front_url(channel))
+            self._front[channel] = sock
+        pub = self.ctx.socket(zmq.PUB)
+        pub.linger = 0
+        pub.bind(self._front_url("iopub"))
+        self._front["iopub"] = pub
+
+    async def _attach(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self._exit_expected = False
+        for channel in ROUTED:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.linger = 0
+            sock.connect(sandbox.endpoint(channel))
+            self._back[channel] = sock
+        sub = self.ctx.socket(zmq.SUB)
+        sub.linger = 0
+        sub.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(sandbox.endpoint("iopub"))
+        self._back["iopub"] = sub
+        control = self.ctx.socket(zmq.DEALER)
+        control.linger = 0
+        control.connect(sandbox.endpoint("control"))
+        self._host_control = control
+        for channel in ROUTED:
+            self._spawn(self._pump_to_kernel(channel), back=True)
+            self._spawn(self._pump_to_front(channel), back=True)
+        self._spawn(self._pump_iopub(), back=True)
+        self._spawn(self._drain(control), back=True)
+        self._spawn(self._watch_process(sandbox), back=True)
+        self.recorder.event("kernel-attached", sandbox=sandbox.describe())
+        if self._queue:
+            self._start_head()
+
+    async def _detach(self, reason: str) -> None:
+        for task in list(self._back_tasks):
+            task.cancel()
+        await asyncio.gather(*self._back_tasks, return_exceptions=True)
+        for sock in [*self._back.values(), *([self._host_control] if self._host_control else [])]:
+            sock.close(linger=0)
+        self._back.clear()
+        self._host_control = None
+        self._fail_queue("killed", reason)
+        self.sandbox = None
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        if self.sandbox is not None:
+            await self._detach("session-ended")
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sock in self._front.values():
+            sock.close(linger=0)
+        self.gate.close()
+
+    # --------------------------------------------------------------- pumps
+    async def _pump_to_kernel(self, channel: str) -> None:
+        src, dst = self._front[channel], self._back[channel]
+        while True:
+            frames = await src.recv_multipart()
+            if channel == "shell":
+                self._tap_request(frames)
+            await dst.send_multipart(frames)
+
+    async def _pump_to_front(self, channel: str) -> None:
+        src, dst = self._back[channel], self._front[channel]
+        while True:
+            frames = await src.recv_multipart()
+            if channel == "shell":
+                self._tap_reply(frames)
+            await dst.send_multipart(frames)
+
+    async def _drain(self, sock: zmq.asyncio.Socket) -> None:
+        while True:
+            await sock.recv_multipart()  # replies to the host's own control messages
+
+    async def _pump_iopub(self) -> None:
+        src, dst = self._back["iopub"], self._front["iopub"]
+        while True:
+            frames = await src.recv_multipart()
+            try:
+                forward = self._on_iopub(frames)
+            except Exception as exc:  # hostile input must never stop the pump
+                self.recorder.event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
+                continue
+            if forward:
+                await dst.send_multipart(frames)
+
+    # ---------------------------------------------------- frontend requests
+    def _tap_request(self, frames: list[bytes]) -> None:
+        try:
+            idents, rest = self._front_session.feed_identities(frames)
+            msg = self._front_session.deserialize(rest)
+        except Exception as exc:
+            self.recorder.event("protocol-error", channel="shell-request", error=str(exc)[:300])
+            return
+        if msg["header"].get("msg_type") != "execute_request":
+            return
+        content = msg["content"]
+        code = content.get("code")
+        if not isinstance(code, str):
+            return
+        record = CellRecord(msg_id=msg["header"]["msg_id"], source=code, started=utcnow(),
+                            silent=bool(content.get("silent")))
+        self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents)))
+        self.recorder.cell_started(record)
+        if len(self._queue) == 1:
+            self._start_head()
+
+    def _running(self) -> _Pending | None:
+        return self._queue[0] if self._queue else None
+
+    def _start_head(self) -> None:
+        head = self._running()
+        if head is None or head.timer is not None or self.loop is None:
+            return
+        head.record.started = utcnow()
+        head.timer = self.loop.call_later(self.timeouts.cell, self._on_timeout, head)
+
+    def _tap_reply(self, frames: list[bytes]) -> None:
+        try:
+            _, rest = self._kernel_session.feed_identities(frames)
+            msg = self._kernel_session.deserialize(rest)
+        except Exception as exc:
+            self.recorder.event("protocol-error", channel="shell-reply", error=str(exc)[:300])
+            return
+        if msg["header"].get("msg_type") != "execute_reply":
+            return
+        head = self._running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if head is None or parent_id != head.record.msg_id:
+            return
+        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        head.replied = True
+        head.reply_status = str(content.get("status"))
+        count = content.get("execution_count")
+        if isinstance(count, int) and not isinstance(count, bool):
+            head.record.execution_count = count
+        if content.get("status") == "error":
+            head.record.error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
+        if head.idle or head.reply_status == "aborted":
+            self._finish_head()
+
+    # ------------------------------------------------------------- iopub
+    def _on_iopub(self, frames: list[bytes]) -> bool:
+        """Handle one IOPub message; returns whether frontends should see it."""
+        _, rest = self._kernel_session.feed_identities(frames)
+        msg = self._kernel_session.deserialize(rest)
+        msg_type = msg["header"].get("msg_type")
+        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        if msg_type in ("comm_open", "comm_msg", "comm_close"):
+            comm_id = str(content.get("comm_id"))
+            if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
+                if len(self._gate_comms) >= MAX_GATE_COMMS:
+                    self.recorder.event("protocol-error", channel="iopub", error="too many gate comms opened")
+                else:
+                    self._gate_comms.add(comm_id)
+                return False
+            if comm_id in self._gate_comms:
+                if msg_type == "comm_msg":
+                    self._on_call(comm_id, content.get("data"), len(rest[-1]) if rest else 0)
+                else:
+                    self._gate_comms.discard(comm_id)
+                return False
+            return True
+        head = self._running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if head is None or parent_id != head.record.msg_id:
+            return True
+        if msg_type == "status":
+            if content.get("execution_state") == "idle":
+                head.idle = True
+                if head.replied:
+                    self._finish_head()
+        elif msg_type == "execute_input":
+            count = content.get("execution_count")
+            if isinstance(count, int) and not isinstance(count, bool):
+                head.record.execution_count = count
+        elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output", "update_display_data"):
+            if msg_type != "update_display_data":
+                head.record.add_output(msg)
+        return True
+
+    # --------------------------------------------------------- tool calls
+    def _on_call(self, comm_id: str, data: Any, size: int) -> None:
+        try:
+            request = parse_call(data, size)
+        except ProtocolError as exc:
+            call_id = data.get("id") if isinstance(data, dict) else None
+            self.recorder.event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            if isinstance(call_id, str) and len(call_id) <= 64:
+                self._spawn(self._reply(comm_id, {"id": call_id, "ok": False,
+                                                  "error": {"kind": "invalid", "message": f"malformed tool call: {exc}"}}))
+            return
+        head = self._running()
+        if head is None:
+            self.recorder.event("call-rejected", reason="no cell is running", tool=request.tool, id=request.id)
+            self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
+                "kind": "no_cell",
+                "message": f"tool {request.tool!r} was called while no cell of this session is running; "
+                           "tools can only be called from a running cell"}}))
+            return
+        seq = self.gate.next_seq()
+        self._spawn(self._serve(comm_id, head.record, request, seq))
+
+    async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int) -> None:
+        reply, record = await self.gate.call(request, seq)
+        self.recorder.call_finished(cell, record)
+        await self._reply(comm_id, reply)
+
+    async def _reply(self, comm_id: str, data: dict[str, Any]) -> None:
+        if self._host_control is None:
+            return
+        msg = self._kernel_session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        await self._host_control.send_multipart(self._kernel_session.serialize(msg))
+
+    # ------------------------------------------------- timeouts and death
+    def _on_timeout(self, pending: _Pending) -> None:
+        if self._running() is not pending:
+            return
+        pending.timed_out = True
+        pending.record.limits_hit.append("timeout")
+        self.recorder.event("cell-timeout", msg_id=pending.record.msg_id, seconds=self.timeouts.cell)
+        self._spawn(self._interrupt())
+        assert self.loop is not None
+        pending.timer = self.loop.call_later(self.timeouts.interrupt_grace, self._on_grace_expired, pending)
+
+    async def _interrupt(self) -> None:
+        if self._host_control is None:
+            return
+        msg = self._kernel_session.msg("interrupt_request", {})
+        await self._host_control.send_multipart(self._kernel_session.serialize(msg))
+
+    def _on_grace_expired(self, pending: _Pending) -> None:
+        if self._running() is not pending or self.sandbox is None:
+            return
+        self.recorder.event("cell-kill", msg_id=pending.record.msg_id,
+                            reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of the interrupt")
+        sandbox = self.sandbox
+        self._spawn(self._kill(sandbox, "killed: the cell ignored the interrupt after its timeout"))
+
+    async def _kill(self, sandbox: Sandbox, reason: str) -> None:
+        assert self.loop is not None
+        await self.loop.run_in_executor(None, sandbox.kill)
+        self.kernel_events.append({"event": "killed", "reason": reason, "time": utcnow()})
+
+    async def _watch_process(self, sandbox: Sandbox) -> None:
+        assert self.loop is not None and sandbox.process is not None
+        code = await self.loop.run_in_executor(None, sandbox.process.wait)
+        if self.sandbox is not sandbox or self._stopping:
+            return
+        if self._exit_expected:
+            self.recorder.event("kernel-exited", exit_code=code)
+            return
+        self.recorder.event("kernel-died", exit_code=code)
+        self.kernel_events.append({"event": "died", "exit_code": code, "time": utcnow()})
+        self._fail_queue("killed", "kernel-died")
+
+    def _fail_queue(self, status: str, reason: str) -> None:
+        """End every queued cell because the kernel is gone; tell frontends."""
+        while self._queue:
+            pending = self._queue[0]
+            if reason not in pending.record.limits_hit:
+                pending.record.limits_hit.append(reason)
+            self._spawn(self._tell_frontend_killed(pending, reason))
+            self._finish_head(forced_status=status)
+
+    async def _tell_frontend_killed(self, pending: _Pending, reason: str) -> None:
+        """A killed kernel never replies: answer the frontend ourselves so it does not hang."""
+        evalue = (f"the sandboxed kernel was stopped ({reason}); its variables are gone. "
+                  "Restart the kernel to continue.")
+        error = {"status": "error", "ename": "CellKilled", "evalue": evalue, "traceback": [f"CellKilled: {evalue}"],
+                 "execution_count": pending.record.execution_count}
+        session = self._front_session
+        iopub = self._front.get("iopub")
+        if iopub is None or iopub.closed:
+            return
+        for msg_type, content in (("error", {k: error[k] for k in ("ename", "evalue", "traceback")}),
+                                  ("status", {"execution_state": "idle"})):
+            msg = session.msg(msg_type, content, parent=pending.header)
+            await iopub.send_multipart([f"kernel.{msg_type}".encode(), *session.serialize(msg)])
+        reply = session.msg("execute_reply", error, parent=pending.header)
+        await self._front["shell"].send_multipart(session.serialize(reply, ident=pending.idents))
+
+    def _finish_head(self, forced_status: str | None = None) -> None:
+        pending = self._queue.popleft()
+        if pending.timer is not None:
+            pending.timer.cancel()
+        record = pending.record
+        record.ended = utcnow()
+        if forced_status is not None:
+            record.status = forced_status  # type: ignore[assignment]
+        elif pending.reply_status == "aborted":
+            record.status = None  # never ran: journal only
+        elif pending.timed_out:
+            record.status = "timeout"
+        elif pending.reply_status == "ok":
+            record.status = "ok"
+        elif record.error and record.error.get("ename") == "KeyboardInterrupt":
+            record.status = "interrupted"
+        else:
+            record.status = "error"
+        if record.status is None:
+            self.recorder.event("cell-aborted", msg_id=record.msg_id)
+            with self._results_lock:
+                self.recorder.cells = [c for c in self.recorder.cells if c is not record]
+        else:
+            self.recorder.cell_ended(record)
+        self.result_future(record.msg_id).set_result(record)
+        if self._queue:
+            self._start_head()

@@ -1,0 +1,191 @@
+"""``Session``: the library API for running cells in a sandboxed, gated, recorded kernel.
+
+A thin layer over ``jupyter_client``: it launches the ``cellgate`` kernelspec
+(so it uses exactly the provisioner, gate and recorder every other Jupyter
+frontend gets), sends cells, and returns each cell's record::
+
+    async with Session(tools=["tools.py"], notebook="run.ipynb") as session:
+        result = await session.execute("print(tools.list_orders('2026-10')[:1])")
+        print(result.status, result.text)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_client import AsyncKernelManager
+
+from .errors import KernelDied, SessionError
+from .gate import CallRecord
+from .kernelspec import KERNEL_NAME, CellgateSpecManager
+from .provisioner import GVisorProvisioner
+from .recorder import CellRecord
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """What one cell did: status, outputs (nbformat dicts) and its gated calls."""
+
+    status: str
+    outputs: list[dict[str, Any]]
+    calls: list[CallRecord]
+    execution_count: int | None
+    limits_hit: list[str]
+    error: dict[str, str] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def stdout(self) -> str:
+        return "".join(o["text"] for o in self.outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+    @property
+    def text(self) -> str:
+        """Plain text of everything the cell showed, in order."""
+        parts = []
+        for output in self.outputs:
+            kind = output.get("output_type")
+            if kind == "stream":
+                parts.append(output["text"])
+            elif kind in ("execute_result", "display_data"):
+                plain = output.get("data", {}).get("text/plain")
+                if plain:
+                    parts.append(plain + "\n")
+            elif kind == "error":
+                parts.append(f"{output.get('ename')}: {output.get('evalue')}\n")
+        return "".join(parts)
+
+    @classmethod
+    def from_record(cls, record: CellRecord) -> CellResult:
+        return cls(
+            status=str(record.status), outputs=[dict(o) for o in record.outputs],
+            calls=sorted(record.calls, key=lambda c: c.seq), execution_count=record.execution_count,
+            limits_hit=list(record.limits_hit), error=record.error,
+        )
+
+
+class Session:
+    """One sandboxed kernel with its tools, gate and audit notebook."""
+
+    def __init__(
+        self,
+        *,
+        config: str | Path | None = None,
+        tools: list[str | Path] | tuple[str | Path, ...] = (),
+        notebook: str | Path | None = None,
+        isolation: str | None = None,
+        cwd: str | Path | None = None,
+        **sandbox: Any,
+    ) -> None:
+        self._options = {
+            "config": str(config) if config else None,
+            "tools": [str(t) for t in tools],
+            "notebook": str(notebook) if notebook else None,
+            "sandbox": {"isolation": isolation, **sandbox},
+        }
+        self._cwd = str(cwd) if cwd else None
+        self.km: AsyncKernelManager | None = None
+        self._client: Any = None
+        self.dead = False
+
+    # -------------------------------------------------------------- lifecycle
+    async def start(self) -> Session:
+        self.km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=CellgateSpecManager())
+        kwargs: dict[str, Any] = {"cellgate": self._options}
+        if self._cwd:
+            kwargs["cwd"] = self._cwd
+        try:
+            await self.km.start_kernel(**kwargs)
+        except BaseException:
+            await self._cleanup_failed_start()
+            raise
+        await self._connect()
+        return self
+
+    async def _cleanup_failed_start(self) -> None:
+        provisioner = self.km.provisioner if self.km else None
+        if isinstance(provisioner, GVisorProvisioner):
+            await provisioner.cleanup(restart=False)
+
+    async def _connect(self) -> None:
+        assert self.km is not None
+        self._client = self.km.client()
+        self._client.start_channels(iopub=False, stdin=False, hb=False, control=False)
+        await self._client.wait_for_ready(timeout=60)
+        self.dead = False
+
+    async def restart(self) -> None:
+        """Start a fresh sandboxed kernel in the same session (variables are gone)."""
+        assert self.km is not None
+        if self._client is not None:
+            self._client.stop_channels()
+        await self.km.restart_kernel(now=True)
+        await self._connect()
+
+    async def shutdown(self) -> None:
+        if self.km is None:
+            return
+        if self._client is not None:
+            self._client.stop_channels()
+            self._client = None
+        if await self.km.is_alive():
+            await self.km.shutdown_kernel(now=False)
+        else:
+            await self.km.shutdown_kernel(now=True)
+        self.km = None
+
+    async def __aenter__(self) -> Session:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -------------------------------------------------------------- running
+    @property
+    def provisioner(self) -> GVisorProvisioner:
+        if self.km is None or not isinstance(self.km.provisioner, GVisorProvisioner):
+            raise SessionError("the session is not started; call start() or use `async with`")
+        return self.km.provisioner
+
+    @property
+    def notebook_path(self) -> Path:
+        path = self.provisioner.notebook_path
+        assert path is not None
+        return path
+
+    @property
+    def sandbox_info(self) -> dict[str, Any]:
+        assert self.provisioner.recorder is not None
+        return dict(self.provisioner.recorder.metadata["sandbox"])
+
+    async def execute(self, code: str, timeout: float | None = None) -> CellResult:
+        """Run ``code`` as one cell; returns when the host has recorded its end."""
+        if self.dead:
+            raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
+        service = self.provisioner.service
+        assert service is not None and self._client is not None
+        msg_id = self._client.execute(code, allow_stdin=False)
+        future = service.result_future(msg_id)
+        settings = self.provisioner.settings
+        assert settings is not None
+        limit = timeout or (settings.sandbox.cell_timeout + settings.sandbox.interrupt_grace + 60)
+        record = await asyncio.wait_for(asyncio.wrap_future(future), limit)
+        await self._drain_replies()
+        result = CellResult.from_record(record)
+        if result.status == "killed":
+            self.dead = True
+        return result
+
+    async def _drain_replies(self) -> None:
+        """Discard execute replies: the host's record, not the kernel's reply, is the result."""
+        while True:
+            try:
+                await self._client.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return

@@ -1,0 +1,137 @@
+"""Tool definitions and tool sources.
+
+A ``Tool`` is a host-side callable with a name, a description and the JSON
+Schema of its arguments. The built-in source turns a Python module's public
+functions into tools, deriving each schema from the type hints with pydantic
+and the parameter descriptions from the docstring with docstring_parser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import docstring_parser
+from pydantic import TypeAdapter
+
+from cellgate.kernel.stubgen import RESERVED, check_identifier
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any] = field(repr=False, compare=False)
+    source: str = ""
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _strip_titles(schema: Any) -> Any:
+    """pydantic adds a 'title' to every property; the stubs and the model don't need it."""
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "") -> Tool:
+    name = name or function.__name__
+    check_identifier(name, "tool name")
+    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    try:
+        schema = TypeAdapter(function).json_schema()
+    except Exception as exc:
+        raise ConfigError(
+            f"tool {name!r} ({source or function.__module__}): cannot derive a JSON Schema "
+            f"from its signature: {exc}; give every parameter a JSON-compatible type hint"
+        ) from None
+    schema = _strip_titles(schema)
+    described = {p.arg_name: p.description for p in doc.params if p.description}
+    for arg, prop in schema.get("properties", {}).items():
+        if arg in described:
+            prop["description"] = described[arg]
+    summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
+    return Tool(name=name, description=summary, parameters=schema, function=function, source=source)
+
+
+def load_module(path: str | Path) -> ModuleType:
+    """Import a tool module from a file path, under a private module name."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"tool module {str(path)!r} does not exist; check the path in --tools or [tools] modules")
+    module_name = "cellgate_tools_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"tool module {str(path)!r} cannot be imported; it must be a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ConfigError(f"tool module {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def tools_from_module(module: ModuleType, source: str = "") -> list[Tool]:
+    """The module's public functions defined in it (or listed in ``__all__``)."""
+    names: Iterable[str] = getattr(module, "__all__", None) or [
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__
+    ]
+    return [tool_from_function(getattr(module, n), source=source or module.__name__) for n in names]
+
+
+class ToolRegistry:
+    """The tools of one session, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in RESERVED:
+            raise ConfigError(f"tool {tool.name!r} ({tool.source}) uses a reserved name; rename it")
+        if tool.name in self._tools:
+            other = self._tools[tool.name].source
+            raise ConfigError(f"tool {tool.name!r} is defined twice ({other} and {tool.source}); rename one")
+        self._tools[tool.name] = tool
+
+    @classmethod
+    def from_paths(cls, paths: Iterable[str | Path]) -> ToolRegistry:
+        registry = cls()
+        for path in paths:
+            for tool in tools_from_module(load_module(path), source=str(path)):
+                registry.add(tool)
+        return registry
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def manifest(self) -> list[dict[str, Any]]:
+        return [self._tools[n].manifest_entry() for n in self.names()]
+
+    def manifest_sha256(self) -> str:
+        text = json.dumps(self.manifest(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,17 @@
+"""The sandbox side of cellgate.
+
+Everything in this package runs inside the gVisor sandbox, is mounted into it
+read-only, and must be assumed readable (and, at runtime, patchable) by agent
+code. It therefore holds no secret and no policy, and imports nothing from
+``cellgate.gate`` or ``cellgate.extensions``: only ipykernel and the stdlib.
+
+Modules:
+
+- ``wire``: the tool-call protocol shared with the host (names and shapes only).
+- ``errors``: the exceptions a tool call raises inside a cell.
+- ``runtime``: the comm client the generated ``tools`` stubs call.
+- ``stubgen``: generates the ``tools`` package source from a tool manifest.
+- ``kernel``: ``CellgateKernel``, the ipykernel subclass.
+"""
+
+__all__: list[str] = []

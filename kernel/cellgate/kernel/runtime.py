@@ -1,0 +1,181 @@
+"""The tools runtime: the comm client that the generated ``tools`` stubs call.
+
+A call opens (once) a comm with target ``wire.COMM_TARGET``, sends the request
+as a ``comm_msg`` on IOPub, and waits on a ``concurrent.futures.Future`` that
+the kernel's control thread resolves when the host's reply arrives (see
+``CellgateKernel``). Sync stubs block on the future; async stubs await it, so
+many calls can be in flight at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import Any, Final
+
+from .errors import ToolError, ToolTimeout, ToolUnavailable, error_for
+from .wire import COMM_TARGET, OP_CALL
+
+
+class _Omitted:
+    """Default of an optional parameter that has no default value: not sent."""
+
+    def __repr__(self) -> str:
+        return "OMIT"
+
+
+OMIT: Final = _Omitted()
+
+
+class GateClient:
+    """Sends tool calls to the host gate and matches replies to waiting callers."""
+
+    def __init__(self, reply_wait: float) -> None:
+        # The host enforces the real per-call deadline; this one only keeps a
+        # cell from waiting forever if the host never answers.
+        self._reply_wait = reply_wait
+        self._pending: dict[str, tuple[str, Future[Any]]] = {}
+        self._lock = threading.Lock()
+        self._comm: Any = None
+
+    @property
+    def comm_id(self) -> str | None:
+        return None if self._comm is None else str(self._comm.comm_id)
+
+    def _open_comm(self) -> Any:
+        # Reuse ipykernel's comm machinery; reopen if a frontend closed ours.
+        if self._comm is None or getattr(self._comm, "_closed", False):
+            import comm
+
+            self._comm = comm.create_comm(target_name=COMM_TARGET, data={})
+        return self._comm
+
+    def submit(self, tool: str, args: dict[str, Any]) -> Future[Any]:
+        call_id = uuid.uuid4().hex
+        future: Future[Any] = Future()
+        with self._lock:
+            self._pending[call_id] = (tool, future)
+            channel = self._open_comm()
+        try:
+            channel.send({"op": OP_CALL, "id": call_id, "tool": tool, "args": args})
+        except Exception as exc:
+            with self._lock:
+                self._pending.pop(call_id, None)
+            raise ToolUnavailable(tool, f"could not send the call to the gate: {exc}") from None
+        return future
+
+    def call(self, tool: str, args: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython: show the caller's line, not the runtime's
+        future = self.submit(tool, args)
+        try:
+            return future.result(timeout=self._reply_wait)
+        except ToolError as error:
+            raise error.with_traceback(None) from None
+        except TimeoutError:
+            raise ToolTimeout(
+                tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s"
+            ) from None
+        finally:
+            self._forget(future)
+
+    async def acall(self, tool: str, args: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
+        future = self.submit(tool, args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self._reply_wait)
+        except ToolError as error:
+            raise error.with_traceback(None) from None
+        except TimeoutError:
+            raise ToolTimeout(
+                tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s"
+            ) from None
+        finally:
+            self._forget(future)
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            for key, (_, pending) in list(self._pending.items()):
+                if pending is future:
+                    del self._pending[key]
+
+    def resolve(self, data: Any) -> None:
+        """Deliver a host reply (called on the kernel's control thread)."""
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return
+        with self._lock:
+            entry = self._pending.pop(data["id"], None)
+        if entry is None:
+            return
+        tool, future = entry
+        if future.done():
+            return
+        if data.get("ok") is True:
+            future.set_result(data.get("result"))
+            return
+        error = data.get("error") if isinstance(data.get("error"), dict) else {}
+        kind = str(error.get("kind", "failed"))
+        message = str(error.get("message", "the gate returned a malformed error"))
+        future.set_exception(error_for(kind, tool, message))
+
+
+_client: GateClient | None = None
+
+
+def install(client: GateClient) -> None:
+    """Make ``client`` the one the generated stubs use (called by the kernel)."""
+    global _client
+    _client = client
+
+
+def client() -> GateClient:
+    if _client is None:
+        raise ToolUnavailable("", "the cellgate tools runtime is not connected to a gate")
+    return _client
+
+
+def _args(params: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in params.items() if value is not OMIT}
+
+
+def call(tool: str, params: dict[str, Any]) -> Any:
+    """Call ``tool`` through the gate and return its result (or raise ``ToolError``)."""
+    __tracebackhide__ = True
+    return client().call(tool, _args(params))
+
+
+async def acall(tool: str, params: dict[str, Any]) -> Any:
+    """Async twin of ``call``: many can be awaited at once."""
+    __tracebackhide__ = True
+    return await client().acall(tool, _args(params))
+
+
+def load_manifest(text: str) -> list[dict[str, Any]]:
+    manifest = json.loads(text)
+    if not isinstance(manifest, list):
+        raise ToolError("", "the tools manifest is malformed")
+    return manifest
+
+
+def search(manifest: list[dict[str, Any]], query: str) -> list[str]:
+    """Names and one-line summaries of the tools matching every word of ``query``."""
+    words = query.lower().split()
+    hits = []
+    for tool in manifest:
+        summary = str(tool.get("description", "")).strip().splitlines()
+        first = summary[0] if summary else ""
+        haystack = f"{tool['name']} {tool.get('description', '')}".lower()
+        if all(word in haystack for word in words):
+            hits.append(f"{tool['name']}: {first}" if first else str(tool["name"]))
+    return hits
+
+
+def describe(manifest: list[dict[str, Any]], signatures: dict[str, str], name: str) -> str:
+    """The signature and full description of one tool."""
+    for tool in manifest:
+        if tool["name"] == name:
+            return f"{name}{signatures[name]}\n\n{tool.get('description', '')}".rstrip()
+    known = ", ".join(sorted(t["name"] for t in manifest)) or "none"
+    raise LookupError(f"no tool named {name!r}; the tools of this session are: {known}")

@@ -1,0 +1,38 @@
+"""The tool-call protocol between the sandboxed kernel and the host gate.
+
+Names and shapes only; both sides import this module, so it holds nothing
+secret and does no I/O.
+
+Kernel -> host, a ``comm_msg`` on IOPub on a comm with target ``COMM_TARGET``::
+
+    {"op": "call", "id": "<uuid4 hex>", "tool": "<name>", "args": {...}}
+
+Host -> kernel, a ``comm_msg`` on the *control* channel (the shell channel is
+blocked while a cell runs)::
+
+    {"id": "...", "ok": true, "result": <json>}
+    {"id": "...", "ok": false, "error": {"kind": <ErrorKind>, "message": "..."}}
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+COMM_TARGET: Final = "cellgate.gate"
+OP_CALL: Final = "call"
+
+ErrorKind = Literal[
+    "not_found",  # no such tool in this session
+    "invalid",  # arguments failed the tool's JSON Schema, or a malformed request
+    "denied",  # the policy refused the call
+    "budget",  # a call budget is exhausted
+    "rate_limited",  # a rate limit refused the call
+    "failed",  # the tool ran and raised
+    "timeout",  # the tool did not answer within its deadline
+    "no_cell",  # no cell of this session is running: tool authority is scoped to a cell
+    "unavailable",  # the gate cannot serve calls (e.g. its journal cannot be written)
+]
+ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
+
+# Generous upper bound on one request, checked by the host before parsing it.
+MAX_REQUEST_BYTES: Final = 1 << 20
