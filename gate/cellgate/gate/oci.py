@@ -84,13 +84,11 @@ def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str,
     return {"destination": destination, "type": "bind", "source": source, "options": options}
 
 
-def _tmpfs(destination: str, size: int, mode: str = "1777") -> dict[str, Any]:
-    return {
-        "destination": destination,
-        "type": "tmpfs",
-        "source": "tmpfs",
-        "options": ["nosuid", "nodev", f"size={size}", f"mode={mode}"],
-    }
+def _tmpfs(destination: str, size: int, mode: str = "1777", owner: int | None = None) -> dict[str, Any]:
+    options = ["nosuid", "nodev", f"size={size}", f"mode={mode}"]
+    if owner is not None:
+        options += [f"uid={owner}", f"gid={owner}"]
+    return {"destination": destination, "type": "tmpfs", "source": "tmpfs", "options": options}
 
 
 def rootfs_links() -> dict[str, str]:
@@ -128,7 +126,7 @@ def mounts(layout: Layout, limits: Limits) -> list[dict[str, Any]]:
     if layout.workspace:
         result.append(_bind(layout.workspace, WORKSPACE, writable=True))
     else:
-        result.append(_tmpfs(WORKSPACE, limits.workspace_bytes, mode="0755"))
+        result.append(_tmpfs(WORKSPACE, limits.workspace_bytes, mode="0700", owner=SANDBOX_UID))
     return result
 
 

@@ -74,10 +74,16 @@ def probe(path: str, platform: str | None = None) -> Runsc:
 
 
 def find(configured: str | None = None, platform: str | None = None) -> Runsc:
-    """The best usable runsc, or SandboxUnavailable saying how to get one."""
-    paths = candidates(configured)
-    if configured:
-        return probe(configured, platform)
+    """The best usable runsc, or SandboxUnavailable saying how to get one.
+
+    An explicit choice (``[sandbox] runsc``, else ``CELLGATE_RUNSC``) is the
+    only one tried: if it does not work, cellgate says so rather than quietly
+    using another binary.
+    """
+    explicit = configured or os.environ.get("CELLGATE_RUNSC")
+    if explicit:
+        return probe(explicit, platform)
+    paths = candidates()
     errors = []
     for path in paths:
         try:

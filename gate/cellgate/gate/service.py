@@ -110,6 +110,7 @@ class GateService:
         self._ready.set()
         self.loop.run_forever()
         self.loop.close()
+        self.ctx.destroy(linger=0)
 
     def _call(self, coro: Any, timeout: float = 60) -> Any:
         assert self.loop is not None
@@ -143,6 +144,10 @@ class GateService:
                 while len(self._results) > 4096:  # frontends' cells nobody waits for
                     self._results.pop(next(iter(self._results)))
             return future
+
+    def forget_result(self, msg_id: str) -> None:
+        with self._results_lock:
+            self._results.pop(msg_id, None)
 
     # ------------------------------------------------------------- sockets
     def _spawn(self, coro: Any, back: bool = False) -> asyncio.Task[Any]:
@@ -271,6 +276,10 @@ class GateService:
             return
         record = CellRecord(msg_id=msg["header"]["msg_id"], source=code, started=utcnow(),
                             silent=bool(content.get("silent")))
+        with self._results_lock:  # a client may reuse a msg_id after a restart
+            stale = self._results.get(record.msg_id)
+            if stale is not None and stale.done():
+                del self._results[record.msg_id]
         self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents)))
         self.recorder.cell_started(record)
         if len(self._queue) == 1:

@@ -175,7 +175,10 @@ class Session:
         settings = self.provisioner.settings
         assert settings is not None
         limit = timeout or (settings.sandbox.cell_timeout + settings.sandbox.interrupt_grace + 60)
-        record = await asyncio.wait_for(asyncio.wrap_future(future), limit)
+        try:
+            record = await asyncio.wait_for(asyncio.wrap_future(future), limit)
+        finally:
+            service.forget_result(msg_id)
         await self._drain_replies()
         result = CellResult.from_record(record)
         if result.status == "killed":

@@ -17,7 +17,7 @@ so code in the cell never needs to parse messages.
 
 from __future__ import annotations
 
-from .wire import ErrorKind
+from .wire import ERROR_KINDS, ErrorKind
 
 
 class ToolError(Exception):
@@ -74,7 +74,10 @@ _BY_KIND: dict[str, type[ToolError]] = {
 
 def error_for(kind: str, tool: str, message: str) -> ToolError:
     """The exception for an error reply; an unknown kind is a plain ``ToolError``."""
-    return _BY_KIND.get(kind, ToolError)(tool, message)
+    error = _BY_KIND.get(kind, ToolError)(tool, message)
+    if kind in ERROR_KINDS:
+        error.kind = kind  # type: ignore[assignment]  # e.g. "no_cell" on a ToolUnavailable
+    return error
 
 
 __all__ = [

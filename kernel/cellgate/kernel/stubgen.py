@@ -50,6 +50,9 @@ def annotation(schema: Any) -> str:
             if "_t.Any" in parts:
                 return "_t.Any"
             return " | ".join(dict.fromkeys(parts))
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, (str, int, bool)) or v is None for v in enum):
+        return "_t.Literal[" + ", ".join(repr(v) for v in enum) + "]"
     kind = schema.get("type")
     if isinstance(kind, list):
         return " | ".join(dict.fromkeys(annotation({**schema, "type": k}) for k in kind))
@@ -147,7 +150,7 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"
-        f"_SIGNATURES = {dict((t['name'], signature(t)) for t in tools)!r}\n\n",
+        f"_SIGNATURES = {dict((t['name'], signature(t).replace('_t.', '')) for t in tools)!r}\n\n",
     ]
     init += [_function(t, asynchronous=False) + "\n" for t in tools]
     init.append(

@@ -1,0 +1,82 @@
+"""Shared fixtures. Sandbox tests use the real gVisor sandbox and never skip:
+without runsc they fail with the fix (`cellgate doctor --fix`)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cellgate.gate.errors import SandboxUnavailable
+from cellgate.gate.runsc import find
+from cellgate.gate.testing import BlockingSession
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_TOOLS = ROOT / "tests" / "tools" / "sample_tools.py"
+NORTHWIND = ROOT / "examples" / "northwind"
+
+
+@pytest.fixture(scope="session")
+def runsc() -> object:
+    try:
+        return find()
+    except SandboxUnavailable as exc:
+        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
+
+
+@pytest.fixture(scope="module")
+def session_factory(runsc: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Start sandboxed sessions that are closed when the module ends."""
+    opened: list[BlockingSession] = []
+    folder = tmp_path_factory.mktemp("runs")
+
+    def start(**options: object) -> BlockingSession:
+        options.setdefault("tools", [SAMPLE_TOOLS])
+        options.setdefault("notebook", folder / f"run-{len(opened)}.ipynb")
+        options.setdefault("cwd", folder)
+        box = BlockingSession(**options).start()
+        opened.append(box)
+        return box
+
+    yield start
+    for box in opened:
+        box.close()
+
+
+@pytest.fixture(scope="module")
+def box(session_factory: object) -> BlockingSession:
+    """One shared sandboxed session with the sample tools."""
+    return session_factory(call_timeout=2.0)  # type: ignore[operator]
+
+
+def runsc_sandboxes() -> list[str]:
+    """Command lines of runsc sandbox processes on this machine."""
+    out = subprocess.run(["pgrep", "-a", "-f", "runsc-sandbox|runsc-gofer|runsc .*run --bundle"],
+                         capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def token() -> str:
+    return secrets.token_hex(8)
+
+
+_BEFORE: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _BEFORE.update(runsc_sandboxes())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No runsc process that this run started may outlive it."""
+    left = [line for line in runsc_sandboxes() if "cg-" in line and line not in _BEFORE]
+    if left:
+        print("\nrunsc sandboxes left after the suite:\n" + "\n".join(left))
+        session.exitstatus = 1
+
+
+__all__ = ["ROOT", "SAMPLE_TOOLS", "NORTHWIND", "runsc_sandboxes", "token", "os"]

@@ -1,0 +1,72 @@
+"""Any Jupyter client that launches the `cellgate` kernelspec gets the sandbox, gate and record."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client import KernelManager
+from nbclient import NotebookClient
+
+from conftest import SAMPLE_TOOLS
+
+pytestmark = pytest.mark.gvisor
+
+
+@pytest.fixture()
+def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Path:
+    """The kernelspec installed as `cellgate install --prefix` does, and a cellgate.toml."""
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "install", "--prefix", str(tmp_path / "prefix")],
+                          capture_output=True, text=True, check=True)
+    assert "installed kernelspec 'cellgate'" in done.stdout
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
+    config = tmp_path / "cellgate.toml"
+    config.write_text(f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[audit]\ndir = "audit"\n')
+    monkeypatch.setenv("CELLGATE_CONFIG", str(config))
+    return tmp_path / "audit"
+
+
+def audit_notebook(folder: Path) -> nbformat.NotebookNode:
+    (path,) = folder.glob("*.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    return nb
+
+
+def test_jupyter_client_kernel_manager(kernelspec_env: Path) -> None:
+    km = KernelManager(kernel_name="cellgate")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        outputs: list[str] = []
+        reply = kc.execute_interactive(
+            "import os\nprint(tools.echo('via jupyter_client'), os.getuid())", timeout=60,
+            output_hook=lambda m: outputs.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+        assert reply["content"]["status"] == "ok"
+        assert "".join(outputs) == "via jupyter_client 1000\n"
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=False)
+    nb = audit_notebook(kernelspec_env)
+    assert nb.metadata.cellgate.sandbox.runtime == "gvisor"
+    (cell,) = nb.cells
+    assert cell.source.startswith("import os")
+    assert [c["tool"] for c in cell.metadata.cellgate.calls] == ["echo"]
+
+
+def test_nbclient_executes_a_notebook(kernelspec_env: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("total = tools.add(40, 2)"),
+                nbformat.v4.new_code_cell("print(total, open('/proc/version').read().split()[0])")]
+    nb.metadata["kernelspec"] = {"name": "cellgate", "display_name": "cellgate", "language": "python"}
+    NotebookClient(nb, kernel_name="cellgate", timeout=120, startup_timeout=60).execute()
+    assert nb.cells[1].outputs[0]["text"] == "42 Linux\n"
+    recorded = audit_notebook(kernelspec_env)
+    sources = [c.source for c in recorded.cells]
+    assert sources == ["total = tools.add(40, 2)", "print(total, open('/proc/version').read().split()[0])"]
+    assert recorded.cells[0].metadata.cellgate.calls[0]["result"] == 42

@@ -1,0 +1,59 @@
+"""Pins the exact runsc argv and OCI spec (SECURITY.md P3): any drift fails here."""
+
+from __future__ import annotations
+
+from cellgate.gate import oci
+
+LAYOUT = oci.Layout(bundle="/r/b", etc="/r/etc", ipc="/r/ipc", conn="/r/conn", tools="/r/tools",
+                    python_dirs=("/opt/py", "/usr/lib/python3"))
+
+
+def build() -> tuple[list[str], dict]:
+    argv = oci.runsc_argv("/x/runsc", "/r/state", "systrap", "/r/b", "cg-1")
+    env = oci.environment(["/opt/k"], oci.Limits(), 3600)
+    return argv, oci.spec(LAYOUT, oci.Limits(), ["python", "-m", "cellgate.kernel"], env, sandbox_id="cg-1")
+
+
+def test_runsc_argv_is_pinned() -> None:
+    argv, _ = build()
+    assert argv == ["/x/runsc", "--root=/r/state", "--network=none", "--host-uds=create", "--platform=systrap",
+                    "run", "--bundle=/r/b", "cg-1"]
+    assert not [a for a in argv for bad in oci.FORBIDDEN_FLAG_PREFIXES if a.startswith(bad)]
+
+
+def test_process_is_unprivileged_with_limits() -> None:
+    _, spec = build()
+    process = spec["process"]
+    assert process["user"] == {"uid": 1000, "gid": 1000}
+    assert process["noNewPrivileges"] is True
+    assert all(caps == [] for caps in process["capabilities"].values())
+    assert {r["type"] for r in process["rlimits"]} >= {"RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_FSIZE"}
+    assert spec["linux"]["resources"] == {"memory": {"limit": 1 << 30}, "pids": {"limit": 256}}
+    assert spec["linux"]["cgroupsPath"] == "/cellgate/cg-1"
+    assert {n["type"] for n in spec["linux"]["namespaces"]} == {"pid", "network", "ipc", "uts", "mount"}
+
+
+def test_environment_is_an_allowlist_without_secrets() -> None:
+    _, spec = build()
+    names = {item.split("=", 1)[0] for item in spec["process"]["env"]}
+    assert names <= oci.ENV_ALLOWLIST
+    assert not any(word in name for name in names for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
+
+
+def test_mounts_are_read_only_except_tmpfs_and_the_socket_folder() -> None:
+    _, spec = build()
+    assert spec["root"] == {"path": "rootfs", "readonly": True}
+    writable = {m["destination"] for m in spec["mounts"]
+                if m["type"] == "bind" and "rw" in m.get("options", [])}
+    assert writable == {oci.IPC_DIR}
+    binds = {m["destination"]: m["source"] for m in spec["mounts"] if m["type"] == "bind"}
+    assert binds["/etc"] == "/r/etc" and binds[oci.TOOLS_DIR] == "/r/tools"
+    assert "/usr/lib/python3" not in binds  # already under /usr
+    assert {m["destination"] for m in spec["mounts"] if m["type"] == "tmpfs"} >= {"/tmp", oci.WORKSPACE}
+    assert not any(m["source"] in ("/", "/root", "/home", "/var/run/docker.sock") for m in spec["mounts"])
+
+
+def test_generated_etc_is_not_the_hosts() -> None:
+    files = oci.etc_files()
+    assert set(files) == {"passwd", "group", "hosts", "nsswitch.conf"}
+    assert "sandbox:x:1000:1000" in files["passwd"]

@@ -1,0 +1,57 @@
+"""Limits in the real sandbox: memory, wall-clock timeout, and a loop that ignores SIGINT."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.gvisor
+
+
+@pytest.fixture(scope="module")
+def limited(session_factory):
+    return session_factory(memory_mb=1024, cell_timeout=3.0, interrupt_grace=2.0)
+
+
+def notebook_cells(box) -> list[dict]:
+    return nbformat.read(box.session.notebook_path, as_version=4)["cells"]
+
+
+def test_over_allocation_is_a_memory_error_and_state_survives(limited) -> None:
+    assert limited.execute("kept = 'still here'").ok
+    result = limited.execute("block = bytearray(2 << 30)")
+    assert result.status == "error" and result.error["ename"] == "MemoryError"
+    assert limited.execute("print(kept)").stdout == "still here\n"
+
+
+def test_infinite_loop_past_the_timeout_is_interrupted_and_recorded(limited) -> None:
+    assert limited.execute("survivor = 7").ok
+    result = limited.execute("while True:\n    pass")
+    assert result.status == "timeout"
+    assert result.limits_hit == ["timeout"]
+    assert result.error["ename"] == "KeyboardInterrupt"
+    cell = notebook_cells(limited)[-1]
+    assert cell["source"] == "while True:\n    pass"
+    assert cell["metadata"]["cellgate"]["status"] == "timeout"
+    assert limited.execute("print(survivor)").stdout == "7\n"
+
+
+def test_loop_ignoring_sigint_is_killed_reported_and_session_restarts(session_factory) -> None:
+    box = session_factory(cell_timeout=2.0, interrupt_grace=1.5)
+    assert box.execute("doomed = 1").ok
+    result = box.execute(
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "while True:\n    try:\n        pass\n    except BaseException:\n        pass")
+    assert result.status == "killed"
+    assert "timeout" in result.limits_hit
+    assert box.session.dead
+    cell = notebook_cells(box)[-1]["metadata"]["cellgate"]
+    assert cell["status"] == "killed"
+    journal = box.session.notebook_path.with_name(box.session.notebook_path.stem + ".journal.jsonl")
+    events = [json.loads(line)["event"] for line in journal.read_text().splitlines()]
+    assert "cell-kill" in events
+    box.restart()
+    after = box.execute("print('fresh', 'doomed' in globals())")
+    assert after.stdout == "fresh False\n"

@@ -1,0 +1,128 @@
+"""The sandbox holds nothing of the host: no network, files, environment or root."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import token
+
+pytestmark = pytest.mark.gvisor
+
+
+@pytest.fixture(scope="module")
+def canaries(tmp_path_factory: pytest.TempPathFactory):
+    """Host secrets and files the sandbox must never see, set before it starts."""
+    tok = token()
+    names = {"home": Path.home() / f"cellgate-canary-{tok}", "cwd": Path.cwd() / f"cellgate-canary-{tok}"}
+    for path in names.values():
+        path.write_text(f"canary {tok}\n")
+    old = os.environ.get("ANTHROPIC_API_KEY")
+    os.environ["ANTHROPIC_API_KEY"] = f"sk-ant-canary-{tok}"
+    yield tok
+    for path in names.values():
+        path.unlink(missing_ok=True)
+    if old is None:
+        os.environ.pop("ANTHROPIC_API_KEY", None)
+    else:
+        os.environ["ANTHROPIC_API_KEY"] = old
+
+
+@pytest.fixture(scope="module")
+def isolated(canaries: str, session_factory):
+    return session_factory()
+
+
+def run_json(box, code: str):
+    result = box.execute(code + "\nimport json as _j\nprint(_j.dumps(out))")
+    assert result.ok, result.text
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_no_network(isolated) -> None:
+    out = run_json(isolated, '''
+import socket
+out = {}
+for name, fam, addr in [("v4", socket.AF_INET, ("1.1.1.1", 443)), ("v6", socket.AF_INET6, ("2606:4700:4700::1111", 443))]:
+    s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3)
+    try:
+        s.connect(addr); out[name] = "CONNECTED"
+    except OSError as e:
+        out[name] = e.errno
+try:
+    socket.getaddrinfo("example.com", 443); out["dns"] = "RESOLVED"
+except OSError as e:
+    out["dns"] = str(e)
+out["links"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])
+''')
+    assert out["v4"] != "CONNECTED" and out["v6"] != "CONNECTED"
+    assert out["dns"] != "RESOLVED"
+    assert out["links"] == ["lo"]
+
+
+def test_host_files_absent(isolated, canaries: str) -> None:
+    out = run_json(isolated, f'''
+import os
+out = []
+for root, dirs, files in os.walk("/", onerror=lambda e: None):
+    if root.startswith(("/proc", "/sys", "/dev")):
+        dirs[:] = []
+        continue
+    out += [os.path.join(root, f) for f in files if "{canaries}" in f]
+''')
+    assert out == []
+
+
+def test_host_environment_absent(isolated, canaries: str) -> None:
+    out = run_json(isolated, '''
+import os
+out = {"env": dict(os.environ), "init": open("/proc/1/environ", "rb").read().decode(errors="replace")}
+''')
+    assert "ANTHROPIC_API_KEY" not in out["env"]
+    assert canaries not in json.dumps(out)
+
+
+def test_runs_as_non_root_without_capabilities(isolated) -> None:
+    out = run_json(isolated, '''
+import ctypes, os
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+PR_GET_NO_NEW_PRIVS = 39
+nnp = ctypes.CDLL(None, use_errno=True).prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+out = {"uid": os.getuid(), "euid": os.geteuid(), "cap": status["CapEff"].strip(), "nnp": nnp}
+''')
+    assert out["uid"] != 0 and out["euid"] != 0
+    assert int(out["cap"], 16) == 0
+    assert out["nnp"] == 1
+
+
+def test_writes_outside_tmpfs_and_workspace_fail_read_only(isolated) -> None:
+    out = run_json(isolated, '''
+import errno, os
+out = {}
+for path in ["/cellgate-x", "/etc/cellgate-x", "/opt/cellgate/tools/x", "/run/cellgate/conn/x", "/usr/cellgate-x"]:
+    try:
+        open(path, "w").close(); out[path] = "WRITTEN"
+    except OSError as e:
+        out[path] = errno.errorcode[e.errno]
+for path in ["/tmp/ok", "/workspace/ok"]:
+    open(path, "w").write("fine"); out[path] = open(path).read()
+''')
+    for path in ["/cellgate-x", "/etc/cellgate-x", "/opt/cellgate/tools/x", "/run/cellgate/conn/x"]:
+        assert out[path] == "EROFS", (path, out[path])
+    assert out["/usr/cellgate-x"] in ("EROFS", "EACCES")  # a host folder owned by root
+    assert out["/tmp/ok"] == out["/workspace/ok"] == "fine"
+
+
+def test_it_is_gvisor(isolated) -> None:
+    result = isolated.execute("import subprocess; print(subprocess.run(['dmesg'], capture_output=True, text=True).stdout)")
+    assert "Starting gVisor" in result.stdout
+    info = isolated.session.sandbox_info
+    assert info["runtime"] == "gvisor" and info["runsc_version"] and info["platform"] in ("systrap", "ptrace")
+
+
+def test_state_persists_across_cells(isolated) -> None:
+    assert isolated.execute("counter = 41").ok
+    assert isolated.execute("counter += 1\nprint(counter)").stdout == "42\n"

@@ -1,0 +1,74 @@
+"""The generated `tools` package: deterministic, real signatures, injection-proof."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from cellgate.gate.tools import ToolRegistry
+from cellgate.kernel import stubgen
+from conftest import NORTHWIND
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "northwind_tools"
+
+
+def northwind_files() -> dict[str, str]:
+    return stubgen.generate(ToolRegistry.from_paths([NORTHWIND / "tools.py"]).manifest())
+
+
+def test_northwind_stubs_match_the_snapshot() -> None:
+    files = northwind_files()
+    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
+        for name, text in files.items():
+            (SNAPSHOT / name).parent.mkdir(parents=True, exist_ok=True)
+            (SNAPSHOT / name).write_text(text)
+    assert sorted(files) == sorted(str(p.relative_to(SNAPSHOT)) for p in SNAPSHOT.rglob("*.py"))
+    for name, text in files.items():
+        assert text == (SNAPSHOT / name).read_text(), (
+            f"{name} drifted from tests/snapshots; review the change, then rerun with CELLGATE_UPDATE_SNAPSHOTS=1")
+
+
+def test_generation_is_deterministic() -> None:
+    assert northwind_files() == northwind_files()
+
+
+def test_schema_and_signature_come_from_type_hints_and_docstring() -> None:
+    registry = ToolRegistry.from_paths([NORTHWIND / "tools.py"])
+    create = registry.get("create_task").manifest_entry()
+    assert create["parameters"]["properties"]["kind"] == {
+        "enum": ["follow_up", "refund", "escalate"], "type": "string", "description": "What the team should do."}
+    assert create["parameters"]["required"] == ["order_id", "kind"]
+    assert stubgen.signature(create) == "(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate'])"
+    assert create["description"] == "Open a task about an order for the support team."
+
+
+def test_hostile_descriptions_cannot_inject_code() -> None:
+    hostile = {
+        "name": "innocent",
+        "description": "'''\nimport os; os.system('id')\n'''\"\"\"\\",
+        "parameters": {"type": "object", "properties": {"x": {"type": "string", "default": "')\nimport os#"}}},
+    }
+    files = stubgen.generate([hostile])
+    tree = ast.parse(files["tools/__init__.py"])
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(getattr(n, "module", None) in ("typing", "cellgate.kernel", "cellgate.kernel.errors", None) for n in imports)
+    assert not any(isinstance(n, ast.Import) and n.names[0].name == "os" for n in imports)
+    namespace: dict[str, object] = {}
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "innocent")
+    assert ast.get_docstring(function).startswith("'''\nimport os")
+    del namespace
+
+
+@pytest.mark.parametrize("name", ["1abc", "class", "a-b", "_private", "search", "a b"])
+def test_bad_tool_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="rename"):
+        stubgen.generate([{"name": name, "description": "", "parameters": {"type": "object"}}])
+
+
+def test_optional_without_default_is_omitted_and_required_come_first() -> None:
+    tool = {"name": "t", "parameters": {"type": "object", "required": ["b"],
+                                         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}
+    assert stubgen.signature(tool) == "(b: str, a: int = _runtime.OMIT)"

@@ -1,0 +1,51 @@
+"""Tools for the test suite: each one exercises a path through the gate."""
+
+from __future__ import annotations
+
+import time
+
+CALLS: dict[str, int] = {}
+
+
+def _count(name: str) -> None:
+    CALLS[name] = CALLS.get(name, 0) + 1
+
+
+def echo(text: str) -> str:
+    """Return text unchanged.
+
+    Args:
+        text: Anything.
+    """
+    _count("echo")
+    return text
+
+
+def add(a: int, b: int = 1) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    _count("add")
+    return a + b
+
+
+def explode(reason: str) -> None:
+    """Always fails, with reason as the message."""
+    _count("explode")
+    raise ValueError(reason)
+
+
+def slow(seconds: float) -> str:
+    """Sleep on the host, then answer."""
+    _count("slow")
+    time.sleep(seconds)
+    return "done"
+
+
+def big(kib: int) -> str:
+    """A string of kib KiB."""
+    _count("big")
+    return "x" * (kib * 1024)
