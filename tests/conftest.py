@@ -3,7 +3,9 @@ without runsc they fail with the fix (`cellgate doctor --fix`)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ import pytest
 
 from cellgate.gate.errors import SandboxUnavailable
 from cellgate.gate.runsc import find
+from cellgate.gate.sandbox import owner_alive, run_root
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,10 +57,23 @@ def box(session_factory: object) -> BlockingSession:
 
 
 def runsc_sandboxes() -> list[str]:
-    """Command lines of runsc sandbox processes on this machine."""
+    """Command lines of runsc processes on this machine."""
     out = subprocess.run(["pgrep", "-a", "-f", "runsc-sandbox|runsc-gofer|runsc .*run --bundle"],
                          capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def sandbox_ids() -> set[str]:
+    return set(re.findall(r"\b(cg-[0-9a-f]{12})\b", "\n".join(runsc_sandboxes())))
+
+
+def leaked(sandbox_id: str) -> bool:
+    """A sandbox is leaked if this run owns it, or its owner is gone."""
+    try:
+        owner = json.loads((run_root() / sandbox_id / "owner.json").read_text())
+    except (OSError, ValueError):
+        return True  # processes without a run folder: nobody will reap them
+    return owner.get("pid") == os.getpid() or not owner_alive(owner)
 
 
 def token() -> str:
@@ -68,14 +84,14 @@ _BEFORE: set[str] = set()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _BEFORE.update(runsc_sandboxes())
+    _BEFORE.update(sandbox_ids())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """No runsc process that this run started may outlive it."""
-    left = [line for line in runsc_sandboxes() if "cg-" in line and line not in _BEFORE]
+    """No runsc process that this run started may outlive it (other runs' sandboxes are theirs)."""
+    left = sorted(i for i in sandbox_ids() - _BEFORE if leaked(i))
     if left:
-        print("\nrunsc sandboxes left after the suite:\n" + "\n".join(left))
+        print("\nrunsc sandboxes left after the suite: " + ", ".join(left))
         session.exitstatus = 1
 
 

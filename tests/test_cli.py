@@ -55,7 +55,8 @@ def test_exec_several_programs_share_state_and_fail_nonzero(tmp_path: Path, runs
 @pytest.mark.gvisor
 def test_exec_reads_stdin_and_config_file(tmp_path: Path, runsc: object) -> None:
     (tmp_path / "cellgate.toml").write_text(
-        f'[tools]\nmodules = ["{NORTHWIND / "tools.py"}"]\n\n[audit]\ndir = "runs"\n')
+        f'[tools]\nmodules = ["{NORTHWIND / "tools.py"}"]\n\n[audit]\ndir = "runs"\n\n'
+        '[policy.tools.list_orders]\ndecision = "allow"\n')
     done = run("exec", "-", stdin="print(len(tools.list_orders('2026-09')))", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "10000\n"

@@ -24,7 +24,8 @@ def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: objec
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
     config = tmp_path / "cellgate.toml"
-    config.write_text(f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[audit]\ndir = "audit"\n')
+    config.write_text(f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[audit]\ndir = "audit"\n\n'
+                      '[policy.tools.echo]\ndecision = "allow"\n\n[policy.tools.add]\ndecision = "allow"\n')
     monkeypatch.setenv("CELLGATE_CONFIG", str(config))
     return tmp_path / "audit"
 

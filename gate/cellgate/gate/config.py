@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
+from .policy import Policy
 
 CONFIG_NAME = "cellgate.toml"
 
@@ -50,6 +51,7 @@ class Settings(_Strict):
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
+    policy: Policy = Policy()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)
 

@@ -1,10 +1,17 @@
 """The gate: decides, validates, runs and times every tool call.
 
-``Gate.call`` is the one door between the sandbox and the operator's tools.
-It only runs configured tools, validates arguments host-side with jsonschema
-(the exact object that was validated is the one passed to the tool), runs the
-tool with a deadline, and turns every failure into a typed error reply whose
-message carries no host traceback.
+``Gate.call`` is the one door between the sandbox and the operator's tools:
+
+1. the tool must exist in this session and the call id must be new;
+2. the arguments are validated host-side with jsonschema (the exact object
+   that was validated is the one passed to the tool, so an invalid call never
+   reaches it);
+3. the policy decides (``policy.evaluate``: budgets, rate limits, rules), and
+   an ``approve`` decision waits for the approver (time spent waiting does not
+   count against the cell's timeout);
+4. the tool runs with a deadline and a per-tool concurrency bound;
+5. every failure becomes a typed error reply whose message is redacted (no
+   host traceback, path or credential), and every decision is recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import inspect
 import itertools
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +34,9 @@ import pydantic_core
 
 from cellgate.kernel.wire import ErrorKind
 
+from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
+from .gate_text import redact
+from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
 from .tools import ToolRegistry
 
@@ -36,39 +47,72 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+class Secret(str):
+    """A value a tool marks secret: the sandbox gets it, the audit trail only its digest."""
+
+    __slots__ = ()
+
+
+def _digest_of(value: Any) -> dict[str, Any]:
+    text = value if isinstance(value, str) else canonical_json(value)
+    return {"redacted": True, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def split_secrets(value: Any, found: list[str]) -> tuple[Any, Any]:
+    """(plain value for the sandbox, redacted value for the record); secrets go in found."""
+    if isinstance(value, Secret):
+        found.append(str(value))
+        return str(value), _digest_of(str(value))
+    if isinstance(value, dict):
+        pairs = {k: split_secrets(v, found) for k, v in value.items()}
+        return {k: p for k, (p, _) in pairs.items()}, {k: r for k, (_, r) in pairs.items()}
+    if isinstance(value, (list, tuple)):
+        pairs_list = [split_secrets(v, found) for v in value]
+        return [p for p, _ in pairs_list], [r for _, r in pairs_list]
+    return value, value
+
+
 @dataclass
 class CallRecord:
-    """One gated call as the audit notebook lists it."""
+    """One gated call as the audit notebook lists it (secrets already redacted)."""
 
     seq: int
     id: str
     tool: str
     args: dict[str, Any]
     started: str
-    decision: str = "allow"
+    decision: str = "deny"
+    rule: str | None = None
     ok: bool = False
     result: Any = None
     error: dict[str, str] | None = None
     result_sha256: str | None = None
     result_bytes: int | None = None
     duration_ms: float = 0.0
-    inline_result: bool = field(default=True, repr=False)
+    approval: dict[str, Any] | None = None
+    counters: dict[str, int] | None = None
+    cell_line: int | None = None
+    source_line: str | None = None
+    args_sha256: str = ""
+    secret: bool = field(default=False, repr=False)
 
     def as_metadata(self, inline_limit: int) -> dict[str, Any]:
         entry: dict[str, Any] = {
-            "seq": self.seq,
-            "id": self.id,
-            "tool": self.tool,
-            "args": self.args,
-            "decision": self.decision,
-            "ok": self.ok,
-            "started": self.started,
+            "seq": self.seq, "id": self.id, "tool": self.tool, "args": self.args, "args_sha256": self.args_sha256,
+            "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
             "duration_ms": round(self.duration_ms, 3),
         }
+        for key in ("approval", "counters", "cell_line", "source_line"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
         if self.ok:
             entry["result_sha256"] = self.result_sha256
             entry["result_bytes"] = self.result_bytes
@@ -89,69 +133,170 @@ class CallFailed(Exception):
         self.message = message
 
 
+@dataclass
+class CallContext:
+    """What the host knows about the cell a call belongs to."""
+
+    cell_source: str = ""
+    claimed_line: int | None = None
+    # Called with True when the call starts waiting for a person, False when it stops.
+    waiting: Callable[[bool], None] = lambda _: None
+
+
 class Gate:
     """Serves the tool calls of one session."""
 
-    def __init__(self, registry: ToolRegistry, call_timeout: float = 30.0, max_workers: int = 8) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        policy: Policy | None = None,
+        approver: Approver | None = None,
+        session_id: str = "",
+        call_timeout: float = 30.0,
+        max_workers: int = 16,
+    ) -> None:
         self.registry = registry
+        self.policy = policy or Policy(default="allow")
+        self.approver = approver or DenyApprover()
+        self.session_id = session_id
         self.call_timeout = call_timeout
+        self.counters = Counters()
         self._seq = itertools.count(1)
+        self._seen_ids: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgate-tool")
         self._validators = {
             name: jsonschema.Draft202012Validator(tool.parameters)
             for name in registry.names()
             if (tool := registry.get(name)) is not None
         }
+        self._limits: dict[str, asyncio.Semaphore] = {}
 
     def next_seq(self) -> int:
         return next(self._seq)
 
-    async def call(self, request: CallRequest, seq: int) -> tuple[dict[str, Any], CallRecord]:
-        """Run one call; returns the wire reply and the record of it."""
-        record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=request.args, started=utcnow())
+    def new_cell(self) -> None:
+        self.counters.new_cell()
+
+    async def call(self, request: CallRequest, seq: int, context: CallContext | None = None) -> tuple[dict[str, Any], CallRecord]:
+        """Decide and run one call; returns the wire reply and the record of it."""
+        context = context or CallContext()
+        secret_names = self.policy.secret_args(request.tool)
+        shown_args = {k: (_digest_of(v) if k in secret_names else v) for k, v in request.args.items()}
+        record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
+                            args_sha256=args_digest(request.args))
+        if context.claimed_line is not None:
+            record.cell_line = context.claimed_line
+            lines = context.cell_source.splitlines()
+            if 1 <= context.claimed_line <= len(lines):
+                record.source_line = lines[context.claimed_line - 1][:500]
         start = time.perf_counter()
+        secrets = [str(request.args[k]) for k in secret_names if k in request.args]
         try:
-            result = await self._run(request)
+            plain, shown = await self._decide_and_run(request, record, context, secrets)
         except CallFailed as failure:
-            record.error = {"kind": failure.kind, "message": failure.message}
+            record.error = {"kind": failure.kind, "message": redact(failure.message, secrets)}
             reply: dict[str, Any] = {"id": request.id, "ok": False, "error": record.error}
         else:
-            text = canonical_json(result)
-            record.ok, record.result = True, result
+            text = canonical_json(plain)
+            record.ok, record.result = True, shown
             record.result_bytes = len(text.encode())
             record.result_sha256 = hashlib.sha256(text.encode()).hexdigest()
-            reply = {"id": request.id, "ok": True, "result": result}
+            reply = {"id": request.id, "ok": True, "result": plain}
         record.duration_ms = (time.perf_counter() - start) * 1000
+        record.counters = self.counters.snapshot(request.tool)
         return reply, record
 
-    async def _run(self, request: CallRequest) -> Any:
+    async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallContext,
+                              secrets: list[str]) -> tuple[Any, Any]:
         tool = self.registry.get(request.tool)
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
             raise CallFailed("not_found", f"no tool named {request.tool!r} in this session; the tools are: {known}")
+        if request.id in self._seen_ids:
+            raise CallFailed("invalid", f"call id {request.id} was already used in this session; each call needs a new id")
+        self._seen_ids.add(request.id)
         error = jsonschema.exceptions.best_match(self._validators[tool.name].iter_errors(request.args))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
             raise CallFailed("invalid", f"tool {tool.name!r}: argument {where}: {error.message}")
+        call = Call(tool=tool.name, args=request.args, arg_bytes=len(canonical_json(request.args).encode()),
+                    source_default=tool.default_decision)
+        verdict = evaluate(call, self.policy, self.counters, time.monotonic())
+        record.rule = verdict.rule
+        if verdict.kind != "ok":
+            record.decision = "deny"
+            kind: ErrorKind = "denied" if verdict.kind == "denied" else verdict.kind  # type: ignore[assignment]
+            if verdict.kind == "denied":
+                message = (f"tool {tool.name!r} was denied by policy rule {verdict.rule} (decision: deny); "
+                           "ask the operator to allow it")
+            else:
+                message = f"tool {tool.name!r} refused: {verdict.reason} (rule {verdict.rule})"
+            raise CallFailed(kind, message)
+        self.counters.record(call, self.policy, time.monotonic())
+        if verdict.decision == "approve":
+            await self._approve(tool.name, request, record, context, verdict.rule)
+        else:
+            record.decision = "allow"
+        limit = self._limits.setdefault(tool.name, asyncio.Semaphore(self._concurrency(tool.name)))
+        async with limit:
+            result = await self._run(tool, request.args)
+        found: list[str] = []
+        plain, shown = split_secrets(result, found)
+        secrets.extend(found)
+        try:
+            converted = pydantic_core.to_jsonable_python(plain)
+            size = len(canonical_json(converted).encode())  # NaN, Infinity and the like are not JSON
+        except Exception as exc:
+            raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
+        if size > self.policy.max_result_bytes:
+            raise CallFailed("failed", f"tool {tool.name!r} returned {size} bytes, over the "
+                                       f"{self.policy.max_result_bytes} byte limit ([policy] max_result_bytes)")
+        return converted, pydantic_core.to_jsonable_python(shown) if found else converted
+
+    def _concurrency(self, tool: str) -> int:
+        entry = self.policy.for_tool(tool)
+        return entry.max_concurrency if entry else 8
+
+    async def _approve(self, tool: str, request: CallRequest, record: CallRecord, context: CallContext,
+                       rule: str) -> None:
+        now = time.time()
+        ask = ApprovalRequest(
+            id=f"{self.session_id[:12]}-{record.seq}", session=self.session_id, seq=record.seq, tool=tool,
+            args=record.args, args_sha256=record.args_sha256, cell_line=record.cell_line,
+            source_line=record.source_line, requested=now, deadline=now + self.policy.approval_timeout,
+        )
+        context.waiting(True)
+        try:
+            answer = await asyncio.wait_for(self.approver.ask(ask), self.policy.approval_timeout)
+        except TimeoutError:
+            record.decision = "approval-timeout"
+            record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now)}
+            raise CallFailed("denied", f"tool {tool!r} needed approval (policy rule {rule}) and no answer came within "
+                                       f"{self.policy.approval_timeout:g} s; it was not run") from None
+        finally:
+            context.waiting(False)
+        record.approval = {"approver": answer.approver, "answered": iso(answer.answered or time.time()),
+                           "requested": iso(now), "reason": answer.reason}
+        if answer.decision != "allow":
+            record.decision = "approval-denied"
+            raise CallFailed("denied", f"tool {tool!r} was denied by approver {answer.approver} (policy rule {rule}, "
+                                       f"decision: approve){': ' + answer.reason if answer.reason else ''}")
+        record.decision = "approved"
+
+    async def _run(self, tool: Any, args: dict[str, Any]) -> Any:
         try:
             if inspect.iscoroutinefunction(tool.function):
-                result = await asyncio.wait_for(tool.function(**request.args), self.call_timeout)
-            else:
-                loop = asyncio.get_running_loop()
-                job = functools.partial(tool.function, **request.args)
-                result = await asyncio.wait_for(loop.run_in_executor(self._executor, job), self.call_timeout)
+                return await asyncio.wait_for(tool.function(**args), self.call_timeout)
+            loop = asyncio.get_running_loop()
+            job = functools.partial(tool.function, **args)
+            return await asyncio.wait_for(loop.run_in_executor(self._executor, job), self.call_timeout)
         except TimeoutError:
             # A thread cannot be killed: the tool may still finish, but its
             # result is discarded and the cell is told it timed out.
             raise CallFailed("timeout", f"tool {tool.name!r} did not finish within {self.call_timeout:g} s") from None
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}") from None
-        try:
-            converted = pydantic_core.to_jsonable_python(result)
-            canonical_json(converted)  # NaN, Infinity and the like are not JSON
-            return converted
-        except Exception as exc:
-            raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.approver.close()

@@ -78,6 +78,7 @@ class CallRequest:
     id: str
     tool: str
     args: dict[str, Any]
+    line: int | None = None  # the cell line the kernel says issued the call (a claim, for provenance)
 
 
 def parse_call(data: Any, size: int) -> CallRequest:
@@ -88,7 +89,7 @@ def parse_call(data: Any, size: int) -> CallRequest:
         raise ProtocolError(f"request must be a JSON object, got {type(data).__name__}")
     if data.get("op") != OP_CALL:
         raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the only op is {OP_CALL!r}")
-    unknown = set(data) - {"op", "id", "tool", "args"}
+    unknown = set(data) - {"op", "id", "tool", "args", "line"}
     if unknown:
         raise ProtocolError(f"unknown request fields {sorted(unknown)[:8]}")
     call_id, tool, args = data.get("id"), data.get("tool"), data.get("args")
@@ -98,4 +99,7 @@ def parse_call(data: Any, size: int) -> CallRequest:
         raise ProtocolError(f"tool name {str(tool)[:80]!r} is not a valid tool name")
     if not isinstance(args, dict):
         raise ProtocolError(f"args of {tool!r} must be a JSON object, got {type(args).__name__}")
-    return CallRequest(id=call_id, tool=tool, args=args)
+    line = data.get("line")
+    if line is not None and (not isinstance(line, int) or isinstance(line, bool) or not 0 < line < 1_000_000):
+        raise ProtocolError(f"line {str(line)[:20]!r} must be a positive integer")
+    return CallRequest(id=call_id, tool=tool, args=args, line=line)

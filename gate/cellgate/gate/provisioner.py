@@ -25,7 +25,9 @@ from cellgate.kernel import stubgen
 
 from . import oci
 from .config import Settings, find_config, load_settings
+from .approval import load_approver
 from .gate import Gate
+from .policy import policy_sha256
 from .recorder import Recorder
 from .runsc import find as find_runsc
 from .sandbox import Sandbox, SandboxConfig, reap_leftovers
@@ -79,8 +81,11 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         assert settings is not None
         box = settings.sandbox
         self.runsc = find_runsc(box.runsc, box.platform) if box.isolation == "gvisor" else None
-        tool_paths = [*settings.tool_paths(), *(Path(p).resolve() for p in options.get("tools") or [])]
-        self.registry = ToolRegistry.from_paths(tool_paths)
+        granted = [Path(p).resolve() for p in options.get("tools") or []]
+        tool_paths = [*settings.tool_paths(), *granted]
+        # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
+        # grant: allowed unless [policy] names them. Configured ones follow the policy.
+        self.registry = ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
         self.tools_files = stubgen.generate(self.registry.manifest())
         session_id = options.get("session_id") or uuid.uuid4().hex
         notebook = options.get("notebook")
@@ -106,9 +111,12 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             },
             "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
                       "sources": [str(p) for p in tool_paths]},
+            "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
         }
         self.recorder = Recorder(notebook_path, metadata)
-        gate = Gate(self.registry, call_timeout=box.call_timeout)
+        approver = load_approver(options.get("approver") or settings.policy.approver)
+        gate = Gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
+                    call_timeout=box.call_timeout)
         self.service = GateService(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),

@@ -66,7 +66,7 @@ def _process_start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def _owner_alive(owner: Mapping[str, Any]) -> bool:
+def owner_alive(owner: Mapping[str, Any]) -> bool:
     pid = owner.get("pid")
     return isinstance(pid, int) and _process_start_time(pid) == owner.get("start_time")
 
@@ -95,7 +95,7 @@ def reap_leftovers(root: Path | None = None) -> list[str]:
             owner = json.loads(owner_file.read_text())
         except (OSError, ValueError):
             continue
-        if _owner_alive(owner):
+        if owner_alive(owner):
             continue
         if owner.get("runsc"):
             delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)

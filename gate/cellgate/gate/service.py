@@ -31,7 +31,7 @@ from jupyter_client.session import Session
 
 from cellgate.kernel.wire import COMM_TARGET
 
-from .gate import Gate, utcnow
+from .gate import CallContext, Gate, utcnow
 from .protocol import ProtocolError, parse_call
 from .recorder import CellRecord, Recorder
 from .sandbox import Sandbox
@@ -58,6 +58,10 @@ class _Pending:
     reply_status: str | None = None
     timed_out: bool = False
     timer: asyncio.TimerHandle | None = None
+    # Wall-clock budget left, and how many calls wait for a person (the clock stops meanwhile).
+    remaining: float = 0.0
+    resumed_at: float = 0.0
+    waiting: int = 0
 
 
 def _session(key: str | bytes) -> Session:
@@ -293,7 +297,28 @@ class GateService:
         if head is None or head.timer is not None or self.loop is None:
             return
         head.record.started = utcnow()
-        head.timer = self.loop.call_later(self.timeouts.cell, self._on_timeout, head)
+        self.gate.new_cell()
+        head.remaining = self.timeouts.cell
+        self._arm(head)
+
+    def _arm(self, pending: _Pending) -> None:
+        assert self.loop is not None
+        pending.resumed_at = self.loop.time()
+        pending.timer = self.loop.call_later(pending.remaining, self._on_timeout, pending)
+
+    def _waiting_for_person(self, pending: _Pending, waiting: bool) -> None:
+        """Approval waits do not count against the cell's wall-clock limit."""
+        if self.loop is None or pending.timed_out or self._running() is not pending:
+            return
+        if waiting:
+            pending.waiting += 1
+            if pending.waiting == 1 and pending.timer is not None:
+                pending.timer.cancel()
+                pending.remaining -= self.loop.time() - pending.resumed_at
+        else:
+            pending.waiting = max(0, pending.waiting - 1)
+            if pending.waiting == 0:
+                self._arm(pending)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
         try:
@@ -379,10 +404,12 @@ class GateService:
                            "tools can only be called from a running cell"}}))
             return
         seq = self.gate.next_seq()
-        self._spawn(self._serve(comm_id, head.record, request, seq))
+        context = CallContext(cell_source=head.record.source, claimed_line=request.line,
+                              waiting=lambda waiting: self._waiting_for_person(head, waiting))
+        self._spawn(self._serve(comm_id, head.record, request, seq, context))
 
-    async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int) -> None:
-        reply, record = await self.gate.call(request, seq)
+    async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
+        reply, record = await self.gate.call(request, seq, context)
         self.recorder.call_finished(cell, record)
         await self._reply(comm_id, reply)
 

@@ -81,9 +81,11 @@ class Session:
         notebook: str | Path | None = None,
         isolation: str | None = None,
         cwd: str | Path | None = None,
+        approver: Any = None,
         **sandbox: Any,
     ) -> None:
         self._options = {
+            "approver": approver,
             "config": str(config) if config else None,
             "tools": [str(t) for t in tools],
             "notebook": str(notebook) if notebook else None,

@@ -8,6 +8,7 @@ and the parameter descriptions from the docstring with docstring_parser.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import inspect
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import docstring_parser
 from pydantic import TypeAdapter
@@ -34,6 +35,10 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any] = field(repr=False, compare=False)
     source: str = ""
+    # The decision when the policy names neither the tool nor a rule for it:
+    # "allow" for tools the operator passed explicitly (--tools), or what the
+    # tool's source says (an MCP annotation); None falls to [policy] default.
+    default_decision: Literal["allow", "deny", "approve"] | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -113,11 +118,12 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     @classmethod
-    def from_paths(cls, paths: Iterable[str | Path]) -> ToolRegistry:
+    def from_paths(cls, paths: Iterable[str | Path], granted: Iterable[str | Path] = ()) -> ToolRegistry:
+        """Tools from modules; those in ``granted`` modules default to allow."""
         registry = cls()
-        for path in paths:
+        for path, default in [*((p, None) for p in paths), *((p, "allow") for p in granted)]:
             for tool in tools_from_module(load_module(path), source=str(path)):
-                registry.add(tool)
+                registry.add(dataclasses.replace(tool, default_decision=default))
         return registry
 
     def get(self, name: str) -> Tool | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import threading
 import uuid
 from concurrent.futures import Future
@@ -28,6 +30,19 @@ class _Omitted:
 
 
 OMIT: Final = _Omitted()
+
+
+
+
+def _cell_line() -> int | None:
+    """The line of the cell that made the call, for the audit trail's provenance."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "ipykernel_" in name or name.startswith("<ipython-input"):
+            return frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 class GateClient:
@@ -59,8 +74,12 @@ class GateClient:
         with self._lock:
             self._pending[call_id] = (tool, future)
             channel = self._open_comm()
+        request: dict[str, Any] = {"op": OP_CALL, "id": call_id, "tool": tool, "args": args}
+        line = _cell_line()
+        if line is not None:
+            request["line"] = line
         try:
-            channel.send({"op": OP_CALL, "id": call_id, "tool": tool, "args": args})
+            channel.send(request)
         except Exception as exc:
             with self._lock:
                 self._pending.pop(call_id, None)

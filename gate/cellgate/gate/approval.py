@@ -1,0 +1,245 @@
+"""Approvers: who answers when the policy says a call needs approval.
+
+An ``Approver`` is looked up by name in the ``cellgate.approvers`` entry-point
+group (the built-ins are registered the same way): ``deny`` (the default),
+``allow``, ``prompt`` (a terminal prompt), ``queue`` (pending requests as
+files that ``cellgate approvals`` answers from another terminal). Library
+users can pass any callable as ``Session(approver=...)``.
+
+An approval is bound to one call: session, the gate's sequence number, the
+tool and the sha256 of the canonical arguments. It is used once.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import hashlib
+import inspect
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.markup import escape
+
+from .errors import ConfigError
+from .gate_text import visible
+
+ENTRY_POINT_GROUP = "cellgate.approvers"
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    id: str  # f"{session}-{seq}"
+    session: str
+    seq: int
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str
+    cell_line: int | None
+    source_line: str | None
+    requested: float  # host clock, epoch seconds
+    deadline: float
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    decision: Literal["allow", "deny"]
+    approver: str
+    reason: str = ""
+    answered: float = 0.0
+
+
+class Approver(abc.ABC):
+    """Answers approval requests.
+
+    ``ask`` is called by the gate on its event loop, once per call that needs
+    approval, and may be awaited concurrently for parallel calls. It returns
+    an answer, or raises ``TimeoutError`` when the request's deadline passes
+    (the gate then denies with ``approval-timeout``). Subclasses need not call
+    ``super()``.
+    """
+
+    name = "approver"
+
+    @abc.abstractmethod
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer: ...
+
+    def close(self) -> None:
+        """Called when the session ends."""
+
+
+class DenyApprover(Approver):
+    name = "deny"
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer("deny", self.name, "no approver is configured ([policy] approver = 'deny')", time.time())
+
+
+class AllowApprover(Approver):
+    name = "allow"
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer("allow", self.name, "auto-approved ([policy] approver = 'allow')", time.time())
+
+
+class CallbackApprover(Approver):
+    """Wraps a callable(request) -> bool | ApprovalAnswer (sync or async)."""
+
+    name = "callback"
+
+    def __init__(self, callback: Callable[[ApprovalRequest], Any]) -> None:
+        self.callback = callback
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        if inspect.iscoroutinefunction(self.callback):
+            answer = await self.callback(request)
+        else:
+            answer = await asyncio.to_thread(self.callback, request)
+        if isinstance(answer, ApprovalAnswer):
+            return answer
+        return ApprovalAnswer("allow" if answer is True else "deny", self.name, "", time.time())
+
+
+def describe_request(request: ApprovalRequest) -> str:
+    """What a person sees: control characters and bidi overrides shown visibly."""
+    args = json.dumps(request.args, ensure_ascii=False, sort_keys=True)
+    if len(args) > 2000:
+        args = args[:2000] + f"… ({len(args)} characters)"
+    lines = [
+        f"tool:      {visible(request.tool)}",
+        f"arguments: {visible(args)}",
+        f"sha256:    {request.args_sha256}",
+    ]
+    if request.cell_line is not None:
+        lines.append(f"cell line {request.cell_line}: {visible(request.source_line or '')}")
+    return "\n".join(lines)
+
+
+class PromptApprover(Approver):
+    """Asks on the controlling terminal, one request at a time."""
+
+    name = "prompt"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def _ask_blocking(self, request: ApprovalRequest) -> ApprovalAnswer:
+        with self._lock, open("/dev/tty", "r+") as tty:
+            console = Console(file=tty, highlight=False)
+            console.print(f"[bold yellow]approval needed[/] (request {escape(request.id)})")
+            console.print(escape(describe_request(request)))
+            console.print("allow this call? [y/N] ", end="")
+            tty.flush()
+            reply = tty.readline().strip().lower()
+        return ApprovalAnswer("allow" if reply in ("y", "yes") else "deny", self.name,
+                              "answered at the terminal", time.time())
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        remaining = request.deadline - time.time()
+        return await asyncio.wait_for(asyncio.to_thread(self._ask_blocking, request), max(remaining, 0))
+
+
+def approvals_dir() -> Path:
+    from .sandbox import run_root
+
+    return Path(os.environ.get("CELLGATE_APPROVALS_DIR") or run_root() / "approvals")
+
+
+class QueueApprover(Approver):
+    """Writes each request as a file; `cellgate approvals approve|deny ID` answers it."""
+
+    name = "queue"
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder or approvals_dir()
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        pending = self.folder / f"{request.id}.request.json"
+        answer_file = self.folder / f"{request.id}.answer.json"
+        write_json_atomically(pending, asdict(request))
+        try:
+            while True:
+                if answer_file.exists():
+                    return self._read_answer(answer_file, request)
+                if time.time() >= request.deadline:
+                    raise TimeoutError(request.id)
+                await asyncio.sleep(0.05)  # polling the folder another process writes to
+        finally:
+            pending.unlink(missing_ok=True)
+            answer_file.unlink(missing_ok=True)  # single use
+
+    def _read_answer(self, path: Path, request: ApprovalRequest) -> ApprovalAnswer:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return ApprovalAnswer("deny", self.name, "unreadable answer file", time.time())
+        if data.get("args_sha256") != request.args_sha256 or data.get("seq") != request.seq:
+            return ApprovalAnswer("deny", self.name, "the answer was for different arguments", time.time())
+        decision = "allow" if data.get("decision") == "allow" else "deny"
+        return ApprovalAnswer(decision, f"{self.name}:{data.get('by', 'unknown')}", str(data.get("reason", ""))[:500],
+                              time.time())
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(data))
+    os.replace(temp, path)
+
+
+def answer(request_id: str, decision: Literal["allow", "deny"], reason: str = "", folder: Path | None = None) -> dict[str, Any]:
+    """Answer a queued request (what `cellgate approvals approve|deny` does)."""
+    folder = folder or approvals_dir()
+    pending = folder / f"{request_id}.request.json"
+    try:
+        request = json.loads(pending.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no pending approval {request_id!r} in {folder}; `cellgate approvals list` shows them") from None
+    reply = {"decision": decision, "seq": request["seq"], "args_sha256": request["args_sha256"],
+             "reason": reason, "by": f"uid {os.getuid()}"}
+    write_json_atomically(folder / f"{request_id}.answer.json", reply)
+    return request
+
+
+def pending_requests(folder: Path | None = None) -> list[dict[str, Any]]:
+    folder = folder or approvals_dir()
+    requests = []
+    for path in sorted(folder.glob("*.request.json")) if folder.is_dir() else []:
+        try:
+            requests.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return requests
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_approver(spec: str | Approver | Callable[..., Any]) -> Approver:
+    """An approver by entry-point name, an Approver instance, or a callback."""
+    if isinstance(spec, Approver):
+        return spec
+    if callable(spec):
+        return CallbackApprover(spec)
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if spec not in found:
+        raise ConfigError(f"[policy] approver = {spec!r} is not a known approver; choose one of: "
+                          f"{', '.join(sorted(found)) or 'deny, allow, prompt, queue'}")
+    approver_class = found[spec].load()
+    return approver_class()  # type: ignore[no-any-return]
+
+
+__all__ = [
+    "Approver", "ApprovalRequest", "ApprovalAnswer", "DenyApprover", "AllowApprover", "PromptApprover",
+    "QueueApprover", "CallbackApprover", "load_approver", "answer", "pending_requests", "describe_request",
+]

@@ -1,0 +1,35 @@
+"""Making untrusted text safe to show and to send back: visible escapes and redaction."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+# C0/C1 controls, bidi overrides and isolates, zero-width characters.
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def visible(text: str) -> str:
+    """Show control, bidi and zero-width characters as escapes, e.g. ``\\x1b`` or ``\\u202e``."""
+    def escape(match: re.Match[str]) -> str:
+        char = match.group(0)
+        return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+    return _INVISIBLE.sub(escape, text)
+
+
+_PATH = re.compile(r"(?<![\w.])/(?:[\w.@+-]+/)+[\w.@+-]*")
+_CREDENTIAL = re.compile(
+    r"(?i)(bearer\s+[\w.~+/=-]{8,}|authorization:\s*\S+(\s+\S+)?|\bsk-[\w-]{8,}|\bAKIA[0-9A-Z]{12,}|"
+    r"(api[_-]?key|token|secret|password)=[^\s&]+)"
+)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove host paths, credentials and known secret values from an error message."""
+    for secret in sorted({s for s in secrets if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    text = _CREDENTIAL.sub("[redacted]", text)
+    text = _PATH.sub("<host path>", text)
+    return unicodedata.normalize("NFC", text)[:2000]

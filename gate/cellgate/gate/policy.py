@@ -1,0 +1,229 @@
+"""Policy: which tool calls may run, decided by a pure function.
+
+``evaluate(call, policy, counters, now)`` looks only at its arguments: the
+call (tool and arguments), the parsed ``[policy]`` of cellgate.toml, the
+session's counters and the host clock. It is unit-tested without a kernel.
+``Counters.record`` then applies an allowed call to the budgets and buckets.
+
+Order of checks: argument size, budgets (per cell, per session, per tool),
+rate limit, then the decision: the first rule of the tool whose ``when``
+JSON Schema matches the arguments, else the tool's decision, else the
+tool's default (from its source, e.g. an MCP annotation), else
+``policy.default`` (deny).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Decision = Literal["allow", "deny", "approve"]
+Expose = Literal["code", "direct", "both"]
+RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
+_PER = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """'20/s' -> (20 calls, per 1.0 seconds)."""
+    match = RATE.match(text)
+    if not match:
+        raise ValueError(f"rate {text!r} must look like '20/s', '100/min' or '500/hour'")
+    count = float(match.group(1))
+    if count <= 0:
+        raise ValueError(f"rate {text!r} must allow at least one call")
+    return count, _PER[match.group(2)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rule(_Strict):
+    name: str | None = None
+    when: dict[str, Any] = Field(description="JSON Schema matched against the call's arguments")
+    decision: Decision
+
+    @field_validator("when")
+    @classmethod
+    def _schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"'when' is not a valid JSON Schema: {exc.message}") from None
+        return value
+
+
+class ToolPolicy(_Strict):
+    decision: Decision | None = None
+    rules: list[Rule] = Field(default_factory=list)
+    rate: str | None = None
+    max_calls_per_session: int | None = Field(None, ge=0)
+    max_calls_per_cell: int | None = Field(None, ge=0)
+    max_concurrency: int = Field(8, ge=1, le=256)
+    expose: Expose = "code"
+    secrets: list[str] = Field(default_factory=list)
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate(value)
+        return value
+
+
+class Policy(_Strict):
+    default: Decision = "deny"
+    max_calls_per_cell: int | None = Field(None, ge=0)
+    max_calls_per_session: int | None = Field(None, ge=0)
+    max_arg_bytes: int = Field(256 * 1024, ge=1)
+    max_result_bytes: int = Field(16 << 20, ge=1)
+    approver: str = "deny"
+    approval_timeout: float = Field(300.0, gt=0)
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _rule_names(self) -> Policy:
+        for tool, entry in self.tools.items():
+            names = [r.name for r in entry.rules if r.name]
+            if len(names) != len(set(names)):
+                raise ValueError(f"tools.{tool}.rules: rule names must be unique")
+        return self
+
+    def for_tool(self, tool: str) -> ToolPolicy | None:
+        return self.tools.get(tool)
+
+    def secret_args(self, tool: str) -> frozenset[str]:
+        entry = self.tools.get(tool)
+        return frozenset(entry.secrets) if entry else frozenset()
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    args: dict[str, Any]
+    arg_bytes: int
+    # What the tool's source says when the policy is silent (e.g. MCP readOnlyHint -> allow).
+    source_default: Decision | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    rule: str  # which part of the policy decided, e.g. "tools.create_task.rules[0]"
+    reason: str
+    kind: Literal["ok", "denied", "budget", "rate_limited", "invalid"] = "ok"
+    limit: int | float | None = None
+    count: int | None = None
+
+
+@dataclass
+class Counters:
+    """Per-session state the policy reads: call counts and rate buckets."""
+
+    session: int = 0
+    cell: int = 0
+    per_tool: dict[str, int] = field(default_factory=dict)
+    per_tool_cell: dict[str, int] = field(default_factory=dict)
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)  # tool -> (tokens, at)
+
+    def new_cell(self) -> None:
+        self.cell = 0
+        self.per_tool_cell.clear()
+
+    def tokens(self, tool: str, rate: str, now: float) -> float:
+        count, period = parse_rate(rate)
+        tokens, at = self.buckets.get(tool, (count, now))
+        return min(count, tokens + (now - at) * count / period)
+
+    def record(self, call: Call, policy: Policy, now: float) -> None:
+        """Count a call the gate is about to run."""
+        self.session += 1
+        self.cell += 1
+        self.per_tool[call.tool] = self.per_tool.get(call.tool, 0) + 1
+        self.per_tool_cell[call.tool] = self.per_tool_cell.get(call.tool, 0) + 1
+        entry = policy.for_tool(call.tool)
+        if entry and entry.rate:
+            self.buckets[call.tool] = (self.tokens(call.tool, entry.rate, now) - 1, now)
+
+    def snapshot(self, tool: str) -> dict[str, int]:
+        return {"session": self.session, "cell": self.cell, "tool_session": self.per_tool.get(tool, 0)}
+
+
+def _budget(limit: int | None, count: int, rule: str, what: str) -> Verdict | None:
+    if limit is not None and count >= limit:
+        return Verdict("deny", rule, f"{what} budget of {limit} calls is used up ({count} made)",
+                       kind="budget", limit=limit, count=count)
+    return None
+
+
+def evaluate(call: Call, policy: Policy, counters: Counters, now: float) -> Verdict:
+    """Decide one call. Pure: reads its arguments, changes nothing."""
+    if call.arg_bytes > policy.max_arg_bytes:
+        return Verdict("deny", "max_arg_bytes",
+                       f"arguments of {call.arg_bytes} bytes exceed the {policy.max_arg_bytes} byte limit",
+                       kind="invalid", limit=policy.max_arg_bytes, count=call.arg_bytes)
+    entry = policy.for_tool(call.tool)
+    checks = [
+        _budget(policy.max_calls_per_cell, counters.cell, "max_calls_per_cell", "per-cell"),
+        _budget(policy.max_calls_per_session, counters.session, "max_calls_per_session", "per-session"),
+    ]
+    if entry is not None:
+        checks += [
+            _budget(entry.max_calls_per_session, counters.per_tool.get(call.tool, 0),
+                    f"tools.{call.tool}.max_calls_per_session", f"{call.tool!r} per-session"),
+            _budget(entry.max_calls_per_cell, counters.per_tool_cell.get(call.tool, 0),
+                    f"tools.{call.tool}.max_calls_per_cell", f"{call.tool!r} per-cell"),
+        ]
+    for verdict in checks:
+        if verdict is not None:
+            return verdict
+    if entry is not None and entry.rate:
+        if counters.tokens(call.tool, entry.rate, now) < 1:
+            return Verdict("deny", f"tools.{call.tool}.rate", f"rate limit {entry.rate} reached for {call.tool!r}",
+                           kind="rate_limited", limit=parse_rate(entry.rate)[0])
+    if entry is not None:
+        for index, rule in enumerate(entry.rules):
+            if jsonschema.Draft202012Validator(rule.when).is_valid(call.args):
+                label = f"tools.{call.tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
+                return _decided(rule.decision, label)
+        if entry.decision is not None:
+            return _decided(entry.decision, f"tools.{call.tool}.decision")
+    if call.source_default is not None:
+        return _decided(call.source_default, f"tool default for {call.tool}")
+    return _decided(policy.default, "default")
+
+
+def _decided(decision: Decision, rule: str) -> Verdict:
+    kind: Literal["ok", "denied"] = "denied" if decision == "deny" else "ok"
+    return Verdict(decision, rule, f"decision {decision} by policy rule {rule}", kind=kind)
+
+
+def policy_sha256(policy: Policy) -> str:
+    import hashlib
+
+    text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, Decision] | None = None) -> list[dict[str, str]]:
+    """The effective decision of each tool, for `cellgate policy check`."""
+    rows = []
+    for tool in sorted(set(tools) | set(policy.tools)):
+        entry = policy.for_tool(tool)
+        base = (entry.decision if entry and entry.decision else None) or (source_defaults or {}).get(tool) \
+            or policy.default
+        rules = "; ".join(f"{r.name or f'rules[{i}]'}: {json.dumps(r.when, sort_keys=True)} -> {r.decision}"
+                          for i, r in enumerate(entry.rules)) if entry else ""
+        rows.append({
+            "tool": tool, "decision": base, "rules": rules,
+            "rate": (entry.rate or "") if entry else "",
+            "expose": entry.expose if entry else "code",
+            "secrets": ", ".join(entry.secrets) if entry else "",
+            "known": "yes" if tool in tools else "NOT A TOOL OF THIS CONFIG",
+        })
+    return rows
