@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import CellgateError, ConfigError, SandboxUnavailable
 from .session import CellResult, Session
@@ -109,6 +110,71 @@ def _add_doctor(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _add_policy(sub: Any) -> None:
+    p = sub.add_parser("policy", help="check a policy")
+    actions = p.add_subparsers(dest="action", required=True)
+    check = actions.add_parser("check", help="validate cellgate.toml and print the effective decision table")
+    check.add_argument("config", help="the cellgate.toml to check")
+
+    def run(a: argparse.Namespace) -> int:
+        from rich.table import Table
+
+        from .config import find_config, load_settings
+        from .policy import decision_table
+        from .tools import ToolRegistry
+
+        settings = load_settings(find_config(a.config))
+        registry = ToolRegistry.from_paths(settings.tool_paths())
+        policy = settings.policy
+        table = Table(title=f"effective policy of {a.config} (default: {policy.default})")
+        for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
+            table.add_column(column)
+        for row in decision_table(policy, registry.names()):
+            table.add_row(*(escape(row[c]) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
+        Console(highlight=False).print(table)
+        budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
+                                                    "max_result_bytes", "approver", "approval_timeout")}
+        print("budgets: " + ", ".join(f"{k}={v}" for k, v in budgets.items()))
+        unknown = sorted(set(policy.tools) - set(registry.names()))
+        if unknown:
+            err.print(f"[red]error:[/] [policy.tools] names tools that are not configured: {', '.join(unknown)}; "
+                      "fix the name or add the module to [tools] modules")
+            return 2
+        return 0
+
+    check.set_defaults(run=run)
+
+
+def _add_approvals(sub: Any) -> None:
+    p = sub.add_parser("approvals", help="list and answer queued approval requests (approver = queue)")
+    actions = p.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="pending requests")
+    for verb in ("approve", "deny"):
+        answer = actions.add_parser(verb, help=f"{verb} one pending request")
+        answer.add_argument("id")
+        answer.add_argument("--reason", default="")
+
+    def run(a: argparse.Namespace) -> int:
+        from .approval import answer, describe_request, pending_requests, ApprovalRequest
+
+        console = Console(highlight=False)
+        if a.action == "list":
+            requests = pending_requests()
+            if not requests:
+                console.print("no pending approvals")
+            for request in requests:
+                console.print(f"[bold]{escape(request['id'])}[/] (session {escape(request['session'][:12])}, "
+                              f"call {request['seq']})")
+                console.print(escape(describe_request(ApprovalRequest(**request))) + "\n")
+            return 0
+        request = answer(a.id, "allow" if a.action == "approve" else "deny", a.reason)
+        console.print(f"{'approved' if a.action == 'approve' else 'denied'} {escape(a.id)}: "
+                      f"{escape(request['tool'])} (sha256 {request['args_sha256'][:16]}…)")
+        return 0
+
+    p.set_defaults(run=run)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
@@ -116,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_exec(sub)
     _add_install(sub)
     _add_doctor(sub)
+    _add_policy(sub)
+    _add_approvals(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -8,9 +8,10 @@ are rejected with their location and what to do.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -90,11 +91,30 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
     try:
         return Settings(**data, base_dir=str(path.parent))
     except ValidationError as exc:
+        text = path.read_text()
         problems = []
         for error in exc.errors():
-            where = ".".join(str(p) for p in error["loc"])
+            loc = [p for p in error["loc"] if not str(p).startswith("function-")]
+            where = ".".join(str(p) for p in loc)
+            line = locate(text, loc)
+            at = f"{path}:{line}" if line else str(path)
             if error["type"] == "extra_forbidden":
-                problems.append(f"unknown key {where!r}: remove it or check its spelling")
+                problems.append(f"{at}: unknown key {where!r}: remove it or check its spelling")
             else:
-                problems.append(f"{where} = {error.get('input')!r}: {error['msg']}")
-        raise ConfigError(f"{path}: " + "; ".join(problems)) from None
+                message = error["msg"].removeprefix("Value error, ")
+                problems.append(f"{at}: {where} = {error.get('input')!r}: {message}")
+        raise ConfigError("\n".join(problems)) from None
+
+
+def locate(text: str, loc: list[Any]) -> int | None:
+    """The line (1-based) where a key path most likely appears in a TOML file."""
+    lines = text.splitlines()
+    position, found = 0, None
+    for part in (str(p) for p in loc if not isinstance(p, int)):
+        key = re.escape(part)
+        pattern = re.compile(rf'(^\s*"?{key}"?\s*=)|(^\s*\[\[?[^\]]*\b{key}\b[^\]]*\]\]?)|([{{,]\s*{key}\s*=)')
+        for index in range(position, len(lines)):
+            if pattern.search(lines[index]):
+                position, found = index, index + 1
+                break
+    return found

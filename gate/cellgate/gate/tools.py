@@ -121,7 +121,9 @@ class ToolRegistry:
     def from_paths(cls, paths: Iterable[str | Path], granted: Iterable[str | Path] = ()) -> ToolRegistry:
         """Tools from modules; those in ``granted`` modules default to allow."""
         registry = cls()
-        for path, default in [*((p, None) for p in paths), *((p, "allow") for p in granted)]:
+        configured = [Path(p).resolve() for p in paths]
+        extra = [Path(p).resolve() for p in granted if Path(p).resolve() not in configured]
+        for path, default in [*((p, None) for p in configured), *((p, "allow") for p in extra)]:
             for tool in tools_from_module(load_module(path), source=str(path)):
                 registry.add(dataclasses.replace(tool, default_decision=default))
         return registry

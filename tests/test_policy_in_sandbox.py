@@ -1,0 +1,171 @@
+"""The policy enforced on calls from the real sandbox: denials, approvals, budgets, parallel calls."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import SAMPLE_TOOLS
+
+pytestmark = pytest.mark.gvisor
+
+POLICY = f'''
+[tools]
+modules = ["{SAMPLE_TOOLS}"]
+
+[policy]
+default = "deny"
+approver = "queue"
+approval_timeout = {{approval_timeout}}
+max_calls_per_cell = 50
+
+[policy.tools.echo]
+decision = "allow"
+
+[policy.tools.add]
+decision = "approve"
+
+[[policy.tools.add.rules]]
+name = "small sums are routine"
+when = {{{{ properties = {{{{ a = {{{{ maximum = 9 }}}} }}}} }}}}
+decision = "allow"
+
+[policy.tools.explode]
+decision = "deny"
+'''
+
+
+@pytest.fixture(scope="module")
+def approvals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("approvals")
+    old = os.environ.get("CELLGATE_APPROVALS_DIR")
+    os.environ["CELLGATE_APPROVALS_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("CELLGATE_APPROVALS_DIR")
+    else:
+        os.environ["CELLGATE_APPROVALS_DIR"] = old
+
+
+def configured(session_factory, tmp_path_factory, approval_timeout: float = 60, **options):
+    folder = tmp_path_factory.mktemp("policy")
+    (folder / "cellgate.toml").write_text(POLICY.format(approval_timeout=approval_timeout))
+    return session_factory(config=folder / "cellgate.toml", tools=[], **options)
+
+
+@pytest.fixture(scope="module")
+def governed(session_factory, tmp_path_factory, approvals):
+    return configured(session_factory, tmp_path_factory, cell_timeout=2.0)
+
+
+def cellgate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cellgate.gate.cli", *args], capture_output=True, text=True,
+                          timeout=60, env=os.environ.copy())
+
+
+def wait_for_request(folder: Path, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        listed = cellgate("approvals", "list").stdout
+        pending = sorted(folder.glob("*.request.json"))
+        if pending:
+            request_id = pending[0].name.removesuffix(".request.json")
+            assert request_id in listed
+            return request_id
+        assert time.monotonic() < deadline, "no approval request appeared"
+        time.sleep(0.05)  # polling the queue folder the gate writes to
+
+
+def calls_of_last_cell(box) -> list[dict]:
+    return nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
+
+
+def test_denied_call_raises_tool_denied_naming_the_rule(governed) -> None:
+    result = governed.execute(
+        "try:\n    tools.explode('x')\nexcept PermissionError as e:\n    print(type(e).__name__, '|', e)")
+    name, message = result.stdout.strip().split(" | ")
+    assert name == "ToolDenied"
+    assert message == ("tool 'explode' was denied by policy rule tools.explode.decision (decision: deny); "
+                       "ask the operator to allow it")
+    (call,) = calls_of_last_cell(governed)
+    assert (call["decision"], call["rule"]) == ("deny", "tools.explode.decision")
+
+
+def test_rule_allows_small_sums_without_asking(governed) -> None:
+    result = governed.execute("print(tools.add(2, 3))")
+    assert result.stdout == "5\n"
+    (call,) = calls_of_last_cell(governed)
+    assert call["rule"] == "tools.add.rules[0] (small sums are routine)" and call["decision"] == "allow"
+    assert call["counters"]["cell"] == 1 and call["cell_line"] == 1 and call["source_line"] == "print(tools.add(2, 3))"
+
+
+def run_in_background(box, code: str) -> concurrent.futures.Future:
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(box.execute, code)
+    pool.shutdown(wait=False)
+    return future
+
+
+def test_queue_approval_denied_from_a_second_process(governed, approvals: Path) -> None:
+    pending = run_in_background(governed, "try:\n    tools.add(50, 1)\nexcept tools.ToolDenied as e:\n    print(e)")
+    request_id = wait_for_request(approvals)
+    request = json.loads((approvals / f"{request_id}.request.json").read_text())
+    assert request["tool"] == "add" and request["args"] == {"a": 50, "b": 1}
+    done = cellgate("approvals", "deny", request_id, "--reason", "not today")
+    assert done.returncode == 0 and f"denied {request_id}" in done.stdout
+    result = pending.result(60)
+    assert "was denied by approver queue:uid" in result.stdout and "not today" in result.stdout
+    (call,) = calls_of_last_cell(governed)
+    assert call["decision"] == "approval-denied" and call["approval"]["approver"].startswith("queue:")
+
+
+def test_queue_approval_approved_runs_the_call_and_waiting_does_not_use_the_cell_clock(governed, approvals) -> None:
+    started = time.monotonic()
+    pending = run_in_background(governed, "print(tools.add(70, 2))")
+    request_id = wait_for_request(approvals)
+    # Let more wall-clock time pass than the cell's 2 s limit while the call waits for a person.
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - started)))
+    assert cellgate("approvals", "approve", request_id).returncode == 0
+    result = pending.result(60)
+    assert result.status == "ok" and result.stdout == "72\n"
+    (call,) = calls_of_last_cell(governed)
+    assert call["decision"] == "approved" and call["ok"] is True and call["approval"]["answered"]
+    assert not list(approvals.glob("*.json"))  # single use: request and answer are gone
+
+
+def test_approval_times_out(session_factory, tmp_path_factory, approvals) -> None:
+    box = configured(session_factory, tmp_path_factory, approval_timeout=1)
+    result = box.execute("try:\n    tools.add(99)\nexcept tools.ToolDenied as e:\n    print(e)")
+    assert "no answer came within 1 s; it was not run" in result.stdout
+    (call,) = calls_of_last_cell(box)
+    assert call["decision"] == "approval-timeout" and call["ok"] is False
+
+
+def test_budget_exceeded_mid_loop_keeps_the_earlier_calls(governed) -> None:
+    result = governed.execute("for i in range(80):\n    tools.echo(str(i))")
+    assert result.status == "error" and result.error["ename"] == "ToolBudgetExceeded"
+    assert "per-cell budget of 50 calls is used up (50 made)" in result.error["evalue"]
+    calls = calls_of_last_cell(governed)
+    assert [c["ok"] for c in calls] == [True] * 50 + [False]
+    assert [c["args"]["text"] for c in calls[:50]] == [str(i) for i in range(50)]
+    assert governed.execute("print(tools.echo('next cell, fresh budget'))").ok
+
+
+def test_two_hundred_parallel_calls_complete_in_gate_order(session_factory) -> None:
+    box = session_factory()
+    result = box.execute(
+        "import asyncio\n"
+        "results = await asyncio.gather(*(tools.aio.echo(str(i)) for i in range(200)))\n"
+        "print(results == [str(i) for i in range(200)])")
+    assert result.stdout == "True\n"
+    calls = calls_of_last_cell(box)
+    assert len(calls) == 200 and all(c["ok"] for c in calls)
+    assert [c["seq"] for c in calls] == sorted(c["seq"] for c in calls)
