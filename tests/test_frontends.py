@@ -31,7 +31,9 @@ def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: objec
 
 
 def audit_notebook(folder: Path) -> nbformat.NotebookNode:
-    (path,) = folder.glob("*.ipynb")
+    notebooks = sorted(folder.glob("*.ipynb"))
+    assert len(notebooks) == 1, sorted(folder.iterdir())
+    (path,) = notebooks
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     return nb
@@ -50,12 +52,22 @@ def test_jupyter_client_kernel_manager(kernelspec_env: Path) -> None:
             output_hook=lambda m: outputs.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
         assert reply["content"]["status"] == "ok"
         assert "".join(outputs) == "via jupyter_client 1000\n"
+        # input() reaches a frontend that allows stdin, through the relay.
+        prompts: list[str] = []
+
+        def answer(msg: dict) -> None:
+            prompts.append(msg["content"]["prompt"])
+            kc.input("Ada")
+
+        reply = kc.execute_interactive("name = input('name? ')", timeout=60, allow_stdin=True, stdin_hook=answer)
+        assert reply["content"]["status"] == "ok" and prompts == ["name? "]
         kc.stop_channels()
     finally:
         km.shutdown_kernel(now=False)
     nb = audit_notebook(kernelspec_env)
     assert nb.metadata.cellgate.sandbox.runtime == "gvisor"
-    (cell,) = nb.cells
+    cell, asked = nb.cells
+    assert asked.source == "name = input('name? ')" and asked.metadata.cellgate.status == "ok"
     assert cell.source.startswith("import os")
     assert [c["tool"] for c in cell.metadata.cellgate.calls] == ["echo"]
 

@@ -108,10 +108,10 @@ results = [
     raw({"op": "exec", "id": uuid.uuid4().hex, "tool": "echo", "args": {}}),
     raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": ["not", "a", "dict"]}),
     raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo; rm -rf /", "args": {}}),
-    raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {"text": "x" * (2 << 20)}}),
     raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {}, "extra": 1}),
     raw({"op": "call", "id": "not-hex!", "tool": "echo", "args": {}}),
     raw("just a string"),
+    raw({"op": "call", "args": {"text": "x" * (2 << 20)}}),
     raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {"text": "still fine"}}),
 ]
 for r in results:
@@ -120,12 +120,15 @@ for r in results:
     result = box.execute(code)
     assert result.ok, result.text
     lines = result.stdout.splitlines()
-    for line in lines[:6]:
+    for line in lines[:5]:
         assert line.startswith("ToolValidationError|malformed tool call: "), line
-    assert lines[6] == "sent"  # no id to answer: journal only
+    assert lines[5:7] == ["sent", "sent"]  # no id to answer: journal only
     assert lines[7] == "ok|still fine"
     rejected = [e for e in journal(box) if e["event"] == "call-rejected"]
     assert len(rejected) >= 7
+    assert any("limit 1048576 bytes" in e["reason"] for e in rejected)
+    oversize = box.execute("try:\n    tools.echo('x' * (2 << 20))\nexcept tools.ToolValidationError as e:\n    print(e)")
+    assert "over the 1048576 byte limit per call" in oversize.stdout
     assert box.execute("print(tools.echo('after'))").stdout == "after\n"
 
 

@@ -110,12 +110,12 @@ class CallbackApprover(Approver):
 
 def describe_request(request: ApprovalRequest) -> str:
     """What a person sees: control characters and bidi overrides shown visibly."""
-    args = json.dumps(request.args, ensure_ascii=False, sort_keys=True)
+    args = visible(json.dumps(request.args, ensure_ascii=False, sort_keys=True))
     if len(args) > 2000:
-        args = args[:2000] + f"… ({len(args)} characters)"
+        args = args[:2000] + f"… ({len(args)} characters; the digest covers all of them)"
     lines = [
         f"tool:      {visible(request.tool)}",
-        f"arguments: {visible(args)}",
+        f"arguments: {args}",
         f"sha256:    {request.args_sha256}",
     ]
     if request.cell_line is not None:

@@ -42,6 +42,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "TMPDIR",
         "CELLGATE_RLIMIT_AS",
         "CELLGATE_REPLY_WAIT",
+        "MALLOC_ARENA_MAX",
     }
 )
 
@@ -146,6 +147,9 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float) -> li
         "TMPDIR": "/tmp",
         "CELLGATE_RLIMIT_AS": str(limits.address_space_bytes),
         "CELLGATE_REPLY_WAIT": f"{reply_wait:g}",
+        # glibc reserves 64 MiB of address space per thread arena; under the
+        # RLIMIT_AS cap that would leave room for only a few dozen threads.
+        "MALLOC_ARENA_MAX": "2",
     }
     assert set(env) <= ENV_ALLOWLIST
     return [f"{k}={v}" for k, v in sorted(env.items())]

@@ -78,8 +78,8 @@ class ToolPolicy(_Strict):
 
 class Policy(_Strict):
     default: Decision = "deny"
-    max_calls_per_cell: int | None = Field(None, ge=0)
-    max_calls_per_session: int | None = Field(None, ge=0)
+    max_calls_per_cell: int | None = Field(10_000, ge=0)
+    max_calls_per_session: int | None = Field(100_000, ge=0)
     max_arg_bytes: int = Field(256 * 1024, ge=1)
     max_result_bytes: int = Field(16 << 20, ge=1)
     approver: str = "deny"

@@ -37,6 +37,13 @@ def _no_constants(name: str) -> Any:
     raise ProtocolError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ProtocolError(f"number {text[:40]} is out of range")
+    return value
+
+
 def _check_depth(text: str) -> None:
     depth = 0
     in_string = escaped = False
@@ -60,13 +67,15 @@ def _check_depth(text: str) -> None:
 
 def strict_loads(data: bytes | str) -> Any:
     """Decode JSON strictly: no duplicate keys, no NaN/Infinity, bounded depth."""
-    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-    if isinstance(text, memoryview):  # pragma: no cover - defensive
-        text = bytes(text).decode("utf-8")
+    try:
+        text = bytes(data).decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"invalid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     if text.count("[") + text.count("{") > MAX_DEPTH:
         _check_depth(text)
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants,
+                          parse_float=_finite_float)
     except ProtocolError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -99,6 +108,10 @@ def parse_call(data: Any, size: int) -> CallRequest:
         raise ProtocolError(f"tool name {str(tool)[:80]!r} is not a valid tool name")
     if not isinstance(args, dict):
         raise ProtocolError(f"args of {tool!r} must be a JSON object, got {type(args).__name__}")
+    try:
+        json.dumps(args, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(f"args of {tool!r} hold a lone surrogate, which is not valid Unicode") from None
     line = data.get("line")
     if line is not None and (not isinstance(line, int) or isinstance(line, bool) or not 0 < line < 1_000_000):
         raise ProtocolError(f"line {str(line)[:20]!r} must be a positive integer")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,14 +33,25 @@ from jupyter_client.session import Session
 from cellgate.kernel.wire import COMM_TARGET
 
 from .gate import CallContext, Gate, utcnow
-from .protocol import ProtocolError, parse_call
+from cellgate.kernel.wire import MAX_REQUEST_BYTES
+
+from .protocol import ProtocolError, parse_call, strict_loads
 from .recorder import CellRecord, Recorder
 from .sandbox import Sandbox
 
 DELIM = b"<IDS|MSG>"
 MAX_KERNEL_MESSAGE = 64 << 20
 MAX_GATE_COMMS = 64
+MAX_HEADER_BYTES = 16 << 10
+MAX_METADATA_BYTES = 64 << 10
+# Journal entries about hostile input, per kind, before they are only counted.
+PROTOCOL_EVENTS_PER_KIND = 50
 ROUTED = ("shell", "control", "stdin", "hb")
+IOPUB_TYPES = frozenset({
+    "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
+    "clear_output", "comm_open", "comm_msg", "comm_close", "debug_event", "iopub_welcome", "shutdown_reply",
+})
+COMM_TYPES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class _Pending:
     record: CellRecord
     header: dict[str, Any]
     idents: list[bytes]
+    allow_stdin: bool = False
     replied: bool = False
     idle: bool = False
     reply_status: str | None = None
@@ -99,6 +112,7 @@ class GateService:
         self._results_lock = threading.Lock()
         self._stopping = False
         self._exit_expected = False
+        self._protocol_counts: collections.Counter[str] = collections.Counter()
         self.kernel_events: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ thread API
@@ -149,6 +163,20 @@ class GateService:
                     self._results.pop(next(iter(self._results)))
             return future
 
+    def protocol_event(self, kind: str, **data: Any) -> None:
+        """Journal hostile or malformed input, bounded per kind so a flood cannot fill the disk."""
+        self._protocol_counts[kind] += 1
+        count = self._protocol_counts[kind]
+        if count <= PROTOCOL_EVENTS_PER_KIND:
+            self.recorder.event(kind, **data)
+        elif count in (PROTOCOL_EVENTS_PER_KIND + 1, 1000, 100_000):
+            self.recorder.event("protocol-events-suppressed", kind=kind, count=count,
+                                note=f"further {kind} events are counted, not journalled one by one")
+
+    def protocol_counts(self) -> dict[str, int]:
+        """How many hostile or malformed inputs of each kind this session has seen."""
+        return dict(self._protocol_counts)
+
     def forget_result(self, msg_id: str) -> None:
         with self._results_lock:
             self._results.pop(msg_id, None)
@@ -184,9 +212,15 @@ class GateService:
     async def _attach(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
         self._exit_expected = False
+        # The kernel answers input() on stdin to the identity that sent the
+        # execute_request on shell, so both relay sockets share one identity
+        # (as every Jupyter client's shell and stdin sockets do).
+        identity = os.urandom(16).hex().encode()
         for channel in ROUTED:
             sock = self.ctx.socket(zmq.DEALER)
             sock.linger = 0
+            if channel in ("shell", "stdin"):
+                sock.identity = identity
             sock.connect(sandbox.endpoint(channel))
             self._back[channel] = sock
         sub = self.ctx.socket(zmq.SUB)
@@ -222,6 +256,8 @@ class GateService:
 
     async def _stop(self) -> None:
         self._stopping = True
+        if self._protocol_counts:
+            self.recorder.event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
             await self._detach("session-ended")
         for task in list(self._tasks):
@@ -246,7 +282,26 @@ class GateService:
             frames = await src.recv_multipart()
             if channel == "shell":
                 self._tap_reply(frames)
+            elif channel == "stdin" and not self._stdin_allowed(frames):
+                continue
             await dst.send_multipart(frames)
+
+    def _stdin_allowed(self, frames: list[bytes]) -> bool:
+        """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
+        head = self._running()
+        try:
+            _, rest = self._kernel_session.feed_identities(frames)
+            msg = self._kernel_session.deserialize(rest)
+            parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        except Exception as exc:
+            self.protocol_event("protocol-error", channel="stdin", error=str(exc)[:300])
+            return False
+        if head is not None and head.allow_stdin and parent_id == head.record.msg_id:
+            return True
+        prompt = str((msg.get("content") or {}).get("prompt", ""))[:200] if isinstance(msg.get("content"), dict) else ""
+        self.protocol_event("input-request-dropped", msg_type=msg["header"].get("msg_type"), prompt=prompt,
+                            reason="no running cell of this session allowed stdin")
+        return False
 
     async def _drain(self, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -259,7 +314,7 @@ class GateService:
             try:
                 forward = self._on_iopub(frames)
             except Exception as exc:  # hostile input must never stop the pump
-                self.recorder.event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
+                self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
             if forward:
                 await dst.send_multipart(frames)
@@ -284,7 +339,8 @@ class GateService:
             stale = self._results.get(record.msg_id)
             if stale is not None and stale.done():
                 del self._results[record.msg_id]
-        self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents)))
+        self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents),
+                                    allow_stdin=content.get("allow_stdin") is True))
         self.recorder.cell_started(record)
         if len(self._queue) == 1:
             self._start_head()
@@ -348,14 +404,19 @@ class GateService:
     def _on_iopub(self, frames: list[bytes]) -> bool:
         """Handle one IOPub message; returns whether frontends should see it."""
         _, rest = self._kernel_session.feed_identities(frames)
+        msg_type = self._precheck(rest)
+        if msg_type is None:
+            return False
         msg = self._kernel_session.deserialize(rest)
-        msg_type = msg["header"].get("msg_type")
+        if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
+            return False
         content = msg["content"] if isinstance(msg["content"], dict) else {}
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             comm_id = str(content.get("comm_id"))
             if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
-                if len(self._gate_comms) >= MAX_GATE_COMMS:
-                    self.recorder.event("protocol-error", channel="iopub", error="too many gate comms opened")
+                if len(self._gate_comms) >= MAX_GATE_COMMS and comm_id not in self._gate_comms:
+                    self.protocol_event("protocol-error", channel="iopub",
+                                        error=f"more than {MAX_GATE_COMMS} gate comms opened; ignored")
                 else:
                     self._gate_comms.add(comm_id)
                 return False
@@ -384,20 +445,40 @@ class GateService:
                 head.record.add_output(msg)
         return True
 
+    def _precheck(self, rest: list[bytes]) -> str | None:
+        """Bound a message before it is parsed; returns its type, or None to drop it."""
+        if len(rest) < 5:
+            self.protocol_event("protocol-error", channel="iopub", error=f"{len(rest)} frames after the delimiter")
+            return None
+        if len(rest[1]) > MAX_HEADER_BYTES or len(rest[2]) > MAX_HEADER_BYTES or len(rest[3]) > MAX_METADATA_BYTES:
+            self.protocol_event("protocol-error", channel="iopub",
+                                error=f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
+            return None
+        header = strict_loads(rest[1])
+        msg_type = header.get("msg_type") if isinstance(header, dict) else None
+        if msg_type not in IOPUB_TYPES:
+            self.protocol_event("protocol-error", channel="iopub", error=f"unknown msg_type {str(msg_type)[:80]!r}")
+            return None
+        if msg_type in COMM_TYPES and (len(rest[4]) > MAX_REQUEST_BYTES or len(rest) > 5):
+            self.protocol_event("call-rejected", reason=f"comm message of {len(rest[4])} bytes with "
+                                f"{len(rest) - 5} buffers (limit {MAX_REQUEST_BYTES} bytes, no buffers)")
+            return None
+        return str(msg_type)
+
     # --------------------------------------------------------- tool calls
     def _on_call(self, comm_id: str, data: Any, size: int) -> None:
         try:
             request = parse_call(data, size)
         except ProtocolError as exc:
             call_id = data.get("id") if isinstance(data, dict) else None
-            self.recorder.event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            self.protocol_event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
             if isinstance(call_id, str) and len(call_id) <= 64:
                 self._spawn(self._reply(comm_id, {"id": call_id, "ok": False,
                                                   "error": {"kind": "invalid", "message": f"malformed tool call: {exc}"}}))
             return
         head = self._running()
         if head is None:
-            self.recorder.event("call-rejected", reason="no cell is running", tool=request.tool, id=request.id)
+            self.protocol_event("call-rejected", reason="no cell is running", tool=request.tool, id=request.id)
             self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
                 "kind": "no_cell",
                 "message": f"tool {request.tool!r} was called while no cell of this session is running; "
@@ -409,9 +490,20 @@ class GateService:
         self._spawn(self._serve(comm_id, head.record, request, seq, context))
 
     async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
-        reply, record = await self.gate.call(request, seq, context)
-        self.recorder.call_finished(cell, record)
+        try:
+            reply, record = await self.gate.call(request, seq, context)
+            self.recorder.call_finished(cell, record)
+        except Exception as exc:  # a bug or an unwritable journal must not leave the cell waiting
+            self.recorder_failure(exc)
+            reply = {"id": request.id, "ok": False, "error": {
+                "kind": "unavailable", "message": f"the gate could not serve {request.tool!r}: {type(exc).__name__}"}}
         await self._reply(comm_id, reply)
+
+    def recorder_failure(self, exc: Exception) -> None:
+        try:
+            self.recorder.event("gate-error", error=f"{type(exc).__name__}: {exc}"[:500])
+        except Exception:
+            pass
 
     async def _reply(self, comm_id: str, data: dict[str, Any]) -> None:
         if self._host_control is None:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import importlib
 import os
 import resource
+import threading
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 
 from . import runtime
+
+
+THREAD_STACK_BYTES = 2 << 20
 
 
 def _env_float(name: str, default: float) -> float:
@@ -35,6 +39,9 @@ def apply_memory_limit() -> None:
     limit = os.environ.get("CELLGATE_RLIMIT_AS")
     if limit and limit.isdigit():
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+        # Thread stacks reserve address space up front (8 MiB each by default):
+        # keep them small so many threads fit under the cap.
+        threading.stack_size(THREAD_STACK_BYTES)
 
 
 class CellgateKernel(IPythonKernel):

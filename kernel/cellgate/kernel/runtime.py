@@ -18,8 +18,8 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Final
 
-from .errors import ToolError, ToolTimeout, ToolUnavailable, error_for
-from .wire import COMM_TARGET, OP_CALL
+from .errors import ToolError, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
+from .wire import COMM_TARGET, MAX_REQUEST_BYTES, OP_CALL
 
 
 class _Omitted:
@@ -71,13 +71,21 @@ class GateClient:
     def submit(self, tool: str, args: dict[str, Any]) -> Future[Any]:
         call_id = uuid.uuid4().hex
         future: Future[Any] = Future()
-        with self._lock:
-            self._pending[call_id] = (tool, future)
-            channel = self._open_comm()
         request: dict[str, Any] = {"op": OP_CALL, "id": call_id, "tool": tool, "args": args}
         line = _cell_line()
         if line is not None:
             request["line"] = line
+        try:
+            size = len(json.dumps(request, ensure_ascii=False).encode("utf-8"))
+        except (TypeError, ValueError) as exc:
+            raise ToolValidationError(tool, f"arguments of {tool!r} are not JSON: {exc}") from None
+        if size > MAX_REQUEST_BYTES:
+            raise ToolValidationError(
+                tool, f"arguments of {tool!r} are {size} bytes, over the {MAX_REQUEST_BYTES} byte limit per call; "
+                      "pass a smaller value or split the call")
+        with self._lock:
+            self._pending[call_id] = (tool, future)
+            channel = self._open_comm()
         try:
             channel.send(request)
         except Exception as exc:
