@@ -49,3 +49,21 @@ def big(kib: int) -> str:
     """A string of kib KiB."""
     _count("big")
     return "x" * (kib * 1024)
+
+
+def fetch_invoice(invoice_id: str, api_key: str) -> dict[str, object]:
+    """Look up an invoice with a credential the operator passes in (a secret argument)."""
+    _count("fetch_invoice")
+    if invoice_id == "broken":
+        raise PermissionError(
+            f"GET https://billing.example/v1/invoices/{invoice_id} failed with 401; "
+            f"Authorization: Bearer {api_key}; config /home/operator/.billing/credentials.toml")
+    return {"invoice_id": invoice_id, "total": 42}
+
+
+def issue_token(user: str) -> dict[str, object]:
+    """A result with a value the tool marks secret: the cell gets it, the audit trail only its digest."""
+    from cellgate.gate import Secret
+
+    _count("issue_token")
+    return {"user": user, "token": Secret(f"tok-{user}-s3cr3t-value")}

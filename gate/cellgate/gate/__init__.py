@@ -6,6 +6,7 @@ Public API::
 """
 
 from .config import Settings, load_settings
+from .gate import Secret
 from .errors import CellgateError, ConfigError, KernelDied, SandboxError, SandboxUnavailable, SessionError
 from .session import CellResult, Session
 from .tools import Tool, ToolRegistry, tool_from_function
@@ -17,6 +18,7 @@ __all__ = [
     "KernelDied",
     "SandboxError",
     "SandboxUnavailable",
+    "Secret",
     "Session",
     "SessionError",
     "Settings",

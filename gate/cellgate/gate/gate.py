@@ -35,7 +35,7 @@ import pydantic_core
 from cellgate.kernel.wire import ErrorKind
 
 from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
-from .gate_text import redact
+from .gate_text import redact, scrub
 from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
 from .tools import ToolRegistry
@@ -184,13 +184,13 @@ class Gate:
         shown_args = {k: (_digest_of(v) if k in secret_names else v) for k, v in request.args.items()}
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
                             args_sha256=args_digest(request.args))
+        secrets = [str(request.args[k]) for k in secret_names if k in request.args]
         if context.claimed_line is not None:
             record.cell_line = context.claimed_line
             lines = context.cell_source.splitlines()
             if 1 <= context.claimed_line <= len(lines):
-                record.source_line = lines[context.claimed_line - 1][:500]
+                record.source_line = scrub(lines[context.claimed_line - 1][:500], secrets)
         start = time.perf_counter()
-        secrets = [str(request.args[k]) for k in secret_names if k in request.args]
         try:
             plain, shown = await self._decide_and_run(request, record, context, secrets)
         except CallFailed as failure:

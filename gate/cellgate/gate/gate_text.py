@@ -31,10 +31,16 @@ _CREDENTIAL = re.compile(
 )
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove host paths, credentials and known secret values from an error message."""
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Replace known secret values with a marker."""
     for secret in sorted({s for s in secrets if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(secret, "[redacted]")
+    return text
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove host paths, credentials and known secret values from an error message."""
+    text = scrub(text, secrets)
     text = _CREDENTIAL.sub("[redacted]", text)
     text = _PATH.sub("<host path>", text)
     return unicodedata.normalize("NFC", text)[:2000]
