@@ -102,7 +102,7 @@ class CallRecord:
     cell_line: int | None = None
     source_line: str | None = None
     args_sha256: str = ""
-    secret: bool = field(default=False, repr=False)
+    idempotency_key: str | None = None
 
     def as_metadata(self, inline_limit: int) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -110,7 +110,7 @@ class CallRecord:
             "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
             "duration_ms": round(self.duration_ms, 3),
         }
-        for key in ("approval", "counters", "cell_line", "source_line"):
+        for key in ("approval", "counters", "cell_line", "source_line", "idempotency_key"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         if self.ok:
@@ -141,6 +141,10 @@ class CallContext:
     claimed_line: int | None = None
     # Called with True when the call starts waiting for a person, False when it stops.
     waiting: Callable[[bool], None] = lambda _: None
+    # Writes the intent record (fsync'd) just before the tool runs; raises if it cannot.
+    intent: Callable[[CallRecord], None] = lambda _: None
+    # Gate-generated, per (session, cell, sequence); passed to tools that take `idempotency_key`.
+    idempotency_key: str = ""
 
 
 class Gate:
@@ -237,9 +241,17 @@ class Gate:
             await self._approve(tool.name, request, record, context, verdict.rule)
         else:
             record.decision = "allow"
+        record.idempotency_key = context.idempotency_key or None
+        try:
+            context.intent(record)
+        except OSError as exc:  # the journal: no side effect may run that it cannot record
+            raise CallFailed("unavailable", f"tool {tool.name!r} was not run: {exc}") from None
+        args = dict(request.args)
+        if tool.accepts_idempotency_key:
+            args["idempotency_key"] = context.idempotency_key
         limit = self._limits.setdefault(tool.name, asyncio.Semaphore(self._concurrency(tool.name)))
         async with limit:
-            result = await self._run(tool, request.args)
+            result = await self._run(tool, args)
         found: list[str] = []
         plain, shown = split_secrets(result, found)
         secrets.extend(found)

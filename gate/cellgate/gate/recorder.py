@@ -1,9 +1,14 @@
-"""The audit trail: a write-ahead journal and the notebook rendered from it.
+"""The audit trail: the journal, and the notebook rendered from it.
 
-The journal (``<name>.journal.jsonl``) is appended and fsync'd event by event;
-the notebook is rewritten atomically (temp file, fsync, rename, fsync of the
-folder) whenever a cell ends, so a crash never leaves a truncated notebook.
-The notebook is never signed or marked trusted.
+Every change to a session's record is a journal record first; ``Reducer``
+applies journal records to cells, and the notebook is rendered from the
+reducer's cells. The live ``Recorder`` feeds each record it writes to its own
+reducer, and ``cellgate recover`` feeds a whole journal to a fresh one, so the
+notebook of a run and the one rebuilt from its journal are the same.
+
+The notebook is rewritten atomically when a cell ends (temp file, fsync,
+rename, fsync of the folder), so a crash never leaves it truncated. It is never
+signed or marked trusted.
 """
 
 from __future__ import annotations
@@ -20,24 +25,13 @@ from typing import Any, Literal
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, output_from_msg
 
+from .faults import failpoint
 from .gate import CallRecord, canonical_json, utcnow
+from .journal import Journal, JournalError, json_safe, read_journal
 
-CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "rejected"]
+CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
 
 INLINE_RESULT_BYTES = 2048
-
-
-def _json_safe(value: Any) -> Any:
-    """Make kernel-supplied data writable as strict UTF-8 JSON (lone surrogates, NaN)."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return repr(value)
-    if isinstance(value, dict):
-        return {_json_safe(str(k)): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 @dataclass
@@ -50,64 +44,122 @@ class CellRecord:
     status: CellStatus | None = None
     execution_count: int | None = None
     outputs: list[Any] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # as the notebook lists them
+    call_records: list[CallRecord] = field(default_factory=list)  # live objects, for the Session API
+    pending_calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # started, not finished
     limits_hit: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
+    journal: dict[str, Any] | None = None  # seq and hash of the record that ended the cell
 
-    def add_output(self, msg: dict[str, Any]) -> None:
-        msg_type = msg["header"]["msg_type"]
-        if msg_type == "clear_output":
+    def add_output(self, output: dict[str, Any]) -> None:
+        if output.get("output_type") == "clear_output":
             self.outputs.clear()
             return
-        output = output_from_msg(_json_safe(msg))
-        if msg_type == "stream" and self.outputs and self.outputs[-1].get("output_type") == "stream" \
-                and self.outputs[-1].get("name") == output.get("name"):
-            self.outputs[-1]["text"] += output["text"]  # merge consecutive stream chunks
+        last = self.outputs[-1] if self.outputs else None
+        if (output.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == output.get("name")):
+            last["text"] += output["text"]  # merge consecutive stream chunks, as Jupyter does
         else:
-            self.outputs.append(output)
+            self.outputs.append(nbformat.from_dict(output))
 
     def as_cell(self) -> Any:
         cell = new_code_cell(source=self.source, execution_count=self.execution_count)
-        cell.outputs = list(self.outputs)
-        calls = sorted(self.calls, key=lambda c: c.seq)
+        cell.outputs = [nbformat.from_dict(o) for o in self.outputs]
+        calls = sorted([*self.calls, *self.pending_calls.values()], key=lambda c: c["seq"])
         cell.metadata["cellgate"] = {
             "sha256": hashlib.sha256(self.source.encode()).hexdigest(),
             "started": self.started,
             "ended": self.ended,
             "status": self.status,
             "limits_hit": list(self.limits_hit),
-            "calls": [c.as_metadata(INLINE_RESULT_BYTES) for c in calls],
+            "calls": calls,
         }
+        for key in ("error", "journal"):
+            if getattr(self, key):
+                cell.metadata["cellgate"][key] = getattr(self, key)
         if self.silent:
             cell.metadata["cellgate"]["silent"] = True
-        if self.error:
-            cell.metadata["cellgate"]["error"] = self.error
         return cell
 
 
-class Journal:
-    """Append-only JSONL, fsync'd per record."""
+def output_dict(msg: dict[str, Any]) -> dict[str, Any]:
+    """An IOPub output message as an nbformat output (clear_output as a marker)."""
+    if msg["header"]["msg_type"] == "clear_output":
+        return {"output_type": "clear_output"}
+    return dict(output_from_msg(json_safe(msg)))
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._file = open(path, "a", encoding="utf-8")
 
-    def write(self, event: str, **data: Any) -> None:
-        with self._lock:
-            self._seq += 1
-            record = {"seq": self._seq, "time": utcnow(), "event": event, **_json_safe(data)}
-            self._file.write(json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+class Reducer:
+    """Builds cells from journal records; the one way a notebook's content is made."""
 
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.cells: list[CellRecord] = []
+        self.by_id: dict[str, CellRecord] = {}
+        self.head: dict[str, Any] | None = None
+
+    def apply(self, record: dict[str, Any]) -> CellRecord | None:
+        self.head = {"seq": record["seq"], "hash": record["hash"]}
+        event = record["event"]
+        if event == "session-started":
+            self.metadata = dict(record["metadata"])
+            return None
+        if event == "cell-sent":
+            cell = CellRecord(msg_id=record["msg_id"], source=record["source"], started=record["time"],
+                              silent=bool(record.get("silent")))
+            self.cells.append(cell)
+            self.by_id[cell.msg_id] = cell
+            return cell
+        cell = self.by_id.get(str(record.get("msg_id")))
+        if cell is None:
+            return None
+        if event == "cell-started":
+            cell.started = record["time"]
+        elif event == "output":
+            cell.add_output(record["output"])
+        elif event == "execute-input":
+            cell.execution_count = record["execution_count"]
+        elif event == "call-started":
+            cell.pending_calls[record["call"]["seq"]] = dict(record["call"], outcome="started")
+        elif event == "call-finished":
+            cell.pending_calls.pop(record["call"]["seq"], None)
+            cell.calls.append(record["call"])
+        elif event == "cell-ended":
+            cell.status = record["status"]
+            cell.ended = record["time"]
+            cell.execution_count = record.get("execution_count", cell.execution_count)
+            cell.limits_hit = list(record.get("limits_hit") or [])
+            cell.error = record.get("error")
+            cell.journal = {"seq": record["seq"], "hash": record["hash"]}
+        elif event == "cell-aborted":
+            self.cells.remove(cell)
+        return cell
+
+    def crash_ending(self) -> None:
+        """After a crash: a cell that never ended was killed; a call that never finished is unknown."""
+        for cell in self.cells:
+            for seq, call in cell.pending_calls.items():
+                call.update(outcome="needs-reconciliation", ok=False, error={
+                    "kind": "unknown",
+                    "message": "the host stopped after this call started and before its outcome was recorded; "
+                               "it may or may not have taken effect: reconcile it before retrying"})
+                cell.calls.append(call)
+            cell.pending_calls.clear()
+            if cell.status is None:
+                cell.status = "killed"
+                cell.limits_hit.append("host-died")
+
+    def notebook(self, journal_name: str) -> Any:
+        nb = new_notebook()
+        nb.metadata["kernelspec"] = {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"}
+        nb.metadata["language_info"] = {"name": "python"}
+        nb.metadata["cellgate"] = {**json_safe(self.metadata), "journal": {"file": journal_name, **(self.head or {})}}
+        nb.cells = [c.as_cell() for c in self.cells if c.status is not None]
+        return nb
 
 
 def write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same folder, fsync, rename, fsync the folder: never a torn file."""
     folder = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
@@ -115,6 +167,7 @@ def write_atomically(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        failpoint("notebook-write")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -126,49 +179,92 @@ def write_atomically(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def journal_path(notebook: Path) -> Path:
+    return notebook.with_name(notebook.stem + ".journal.jsonl")
+
+
+def blobs_path(notebook: Path) -> Path:
+    return notebook.with_name(notebook.stem + ".blobs")
+
+
 class Recorder:
-    """Keeps a session's cells and writes its journal and notebook."""
+    """Writes a session's journal and renders its notebook."""
 
     def __init__(self, notebook_path: Path, session_metadata: dict[str, Any]) -> None:
         self.notebook_path = notebook_path
         notebook_path.parent.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(notebook_path.with_name(notebook_path.stem + ".journal.jsonl"))
+        self.journal = Journal(journal_path(notebook_path))
+        self.blobs = blobs_path(notebook_path)
+        self.reducer = Reducer()
+        self._lock = threading.RLock()
         self.metadata = session_metadata
-        self.cells: list[CellRecord] = []
-        self._lock = threading.Lock()
-        self.journal.write("session-started", metadata=session_metadata)
+        self._write("session-started", sync=True, metadata=session_metadata)
         self.write_notebook()
+
+    @property
+    def cells(self) -> list[CellRecord]:
+        return self.reducer.cells
+
+    def _write(self, event: str, sync: bool = False, **data: Any) -> CellRecord | None:
+        with self._lock:
+            record = self.journal.append(event, sync=sync, **data)
+            return self.reducer.apply(record)
+
+    # -- what the service reports
+    def cell_sent(self, msg_id: str, source: str, silent: bool) -> CellRecord:
+        cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent)
+        assert cell is not None
+        return cell
 
     def cell_started(self, cell: CellRecord) -> None:
-        with self._lock:
-            self.cells.append(cell)
-        self.journal.write("cell-sent", msg_id=cell.msg_id, source=cell.source, silent=cell.silent)
+        self._write("cell-started", msg_id=cell.msg_id)
 
-    def cell_ended(self, cell: CellRecord) -> None:
-        self.journal.write(
-            "cell-ended", msg_id=cell.msg_id, status=cell.status, limits_hit=cell.limits_hit,
-            execution_count=cell.execution_count, outputs=cell.outputs,
-        )
+    def output(self, cell: CellRecord, msg: dict[str, Any]) -> None:
+        self._write("output", msg_id=cell.msg_id, output=output_dict(msg))
+
+    def execute_input(self, cell: CellRecord, count: int) -> None:
+        self._write("execute-input", msg_id=cell.msg_id, execution_count=count)
+
+    def call_started(self, cell: CellRecord, record: CallRecord) -> None:
+        """The intent record: fsync'd before the tool runs (raises JournalError if it cannot be)."""
+        self._write("call-started", sync=True, msg_id=cell.msg_id, call=record.as_metadata(INLINE_RESULT_BYTES))
+        failpoint("after-intent")
+
+    def call_finished(self, cell: CellRecord | None, record: CallRecord, full_result: Any = None) -> None:
+        failpoint("after-call")
+        entry = record.as_metadata(INLINE_RESULT_BYTES)
+        if record.ok and "result" not in entry and record.result_sha256:
+            self._store_blob(record.result_sha256, full_result if full_result is not None else record.result)
+            entry["result_blob"] = f"{self.blobs.name}/{record.result_sha256}.json"
+        if cell is None:
+            self._write("call-finished", sync=True, msg_id=None, call=entry)
+            return
+        with self._lock:
+            cell.call_records.append(record)
+            self._write("call-finished", sync=True, msg_id=cell.msg_id, call=entry)
+
+    def _store_blob(self, digest: str, value: Any) -> None:
+        self.blobs.mkdir(exist_ok=True)
+        target = self.blobs / f"{digest}.json"
+        if not target.exists():
+            write_atomically(target, canonical_json(value))
+
+    def cell_ended(self, cell: CellRecord, status: str, limits_hit: list[str], error: dict[str, str] | None) -> None:
+        self._write("cell-ended", sync=True, msg_id=cell.msg_id, status=status, limits_hit=limits_hit,
+                    error=error, execution_count=cell.execution_count)
         self.write_notebook()
 
-    def call_finished(self, cell: CellRecord | None, record: CallRecord) -> None:
-        if cell is not None:
-            with self._lock:
-                cell.calls.append(record)
-        entry = record.as_metadata(inline_limit=1 << 62)
-        self.journal.write("call", cell=cell.msg_id if cell else None, call=entry)
+    def cell_aborted(self, cell: CellRecord) -> None:
+        self._write("cell-aborted", msg_id=cell.msg_id)
 
     def event(self, event: str, **data: Any) -> None:
-        self.journal.write(event, **data)
+        sync = event in ("kernel-died", "kernel-attached", "kernel-exited", "session-ended")
+        self._write(event, sync=sync, **data)
 
+    # -- rendering
     def notebook(self) -> Any:
-        nb = new_notebook()
-        nb.metadata["kernelspec"] = {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"}
-        nb.metadata["language_info"] = {"name": "python"}
-        nb.metadata["cellgate"] = _json_safe(self.metadata)
         with self._lock:
-            nb.cells = [c.as_cell() for c in self.cells if c.status is not None]
-        return nb
+            return self.reducer.notebook(self.journal.path.name)
 
     def write_notebook(self) -> None:
         nb = self.notebook()
@@ -176,6 +272,35 @@ class Recorder:
         write_atomically(self.notebook_path, nbformat.writes(nb))
 
     def close(self) -> None:
+        try:
+            self.event("session-ended")
+        except JournalError:
+            pass
         self.write_notebook()
-        self.journal.write("session-ended")
         self.journal.close()
+
+
+def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, list[str]]:
+    """`cellgate recover`: render the notebook from a journal after any crash."""
+    found = read_journal(journal)
+    notes = []
+    if found.torn_tail:
+        notes.append("the last journal record was cut short by the crash and was ignored")
+    if found.problem:
+        notes.append(f"stopped at a damaged record: {found.problem}")
+    reducer = Reducer()
+    for record in found.records:
+        reducer.apply(record)
+    reducer.crash_ending()
+    target = notebook or journal.with_name(journal.name.removesuffix(".journal.jsonl") + ".ipynb")
+    nb = reducer.notebook(journal.name)
+    nbformat.validate(nb)
+    for orphan in target.parent.glob(f".{target.name}.*.tmp"):
+        orphan.unlink(missing_ok=True)
+        notes.append(f"removed an unfinished notebook write {orphan.name}")
+    write_atomically(target, nbformat.writes(nb))
+    return target, nb, notes
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -23,7 +23,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -36,6 +36,7 @@ from .gate import CallContext, Gate, utcnow
 from cellgate.kernel.wire import MAX_REQUEST_BYTES
 
 from .protocol import ProtocolError, parse_call, strict_loads
+from .journal import JournalError
 from .recorder import CellRecord, Recorder
 from .sandbox import Sandbox
 
@@ -67,6 +68,8 @@ class _Pending:
     idents: list[bytes]
     allow_stdin: bool = False
     replied: bool = False
+    limits: list[str] = field(default_factory=list)
+    error: dict[str, str] | None = None
     idle: bool = False
     reply_status: str | None = None
     timed_out: bool = False
@@ -112,6 +115,7 @@ class GateService:
         self._results_lock = threading.Lock()
         self._stopping = False
         self._exit_expected = False
+        self._killed_by_host: Sandbox | None = None
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self.kernel_events: list[dict[str, Any]] = []
 
@@ -333,15 +337,18 @@ class GateService:
         code = content.get("code")
         if not isinstance(code, str):
             return
-        record = CellRecord(msg_id=msg["header"]["msg_id"], source=code, started=utcnow(),
-                            silent=bool(content.get("silent")))
+        msg_id = msg["header"]["msg_id"]
         with self._results_lock:  # a client may reuse a msg_id after a restart
-            stale = self._results.get(record.msg_id)
+            stale = self._results.get(msg_id)
             if stale is not None and stale.done():
-                del self._results[record.msg_id]
+                del self._results[msg_id]
+        try:
+            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")))
+        except JournalError as exc:
+            self.protocol_event("gate-error", error=str(exc)[:300])
+            return
         self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents),
                                     allow_stdin=content.get("allow_stdin") is True))
-        self.recorder.cell_started(record)
         if len(self._queue) == 1:
             self._start_head()
 
@@ -352,7 +359,7 @@ class GateService:
         head = self._running()
         if head is None or head.timer is not None or self.loop is None:
             return
-        head.record.started = utcnow()
+        self.recorder.cell_started(head.record)
         self.gate.new_cell()
         head.remaining = self.timeouts.cell
         self._arm(head)
@@ -393,10 +400,10 @@ class GateService:
         head.replied = True
         head.reply_status = str(content.get("status"))
         count = content.get("execution_count")
-        if isinstance(count, int) and not isinstance(count, bool):
-            head.record.execution_count = count
+        if isinstance(count, int) and not isinstance(count, bool) and count != head.record.execution_count:
+            self.recorder.execute_input(head.record, count)
         if content.get("status") == "error":
-            head.record.error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
+            head.error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
         if head.idle or head.reply_status == "aborted":
             self._finish_head()
 
@@ -439,10 +446,9 @@ class GateService:
         elif msg_type == "execute_input":
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
-                head.record.execution_count = count
-        elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output", "update_display_data"):
-            if msg_type != "update_display_data":
-                head.record.add_output(msg)
+                self.recorder.execute_input(head.record, count)
+        elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
+            self.recorder.output(head.record, msg)
         return True
 
     def _precheck(self, rest: list[bytes]) -> str | None:
@@ -477,6 +483,12 @@ class GateService:
                                                   "error": {"kind": "invalid", "message": f"malformed tool call: {exc}"}}))
             return
         head = self._running()
+        if self.recorder.journal.broken:
+            self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
+                "kind": "unavailable",
+                "message": f"the audit journal cannot be written ({self.recorder.journal.broken}); "
+                           "the gate refuses calls until the operator fixes it"}}))
+            return
         if head is None:
             self.protocol_event("call-rejected", reason="no cell is running", tool=request.tool, id=request.id)
             self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
@@ -485,8 +497,11 @@ class GateService:
                            "tools can only be called from a running cell"}}))
             return
         seq = self.gate.next_seq()
-        context = CallContext(cell_source=head.record.source, claimed_line=request.line,
-                              waiting=lambda waiting: self._waiting_for_person(head, waiting))
+        cell = head.record
+        context = CallContext(cell_source=cell.source, claimed_line=request.line,
+                              waiting=lambda waiting: self._waiting_for_person(head, waiting),
+                              intent=lambda record: self.recorder.call_started(cell, record),
+                              idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
         self._spawn(self._serve(comm_id, head.record, request, seq, context))
 
     async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
@@ -516,7 +531,7 @@ class GateService:
         if self._running() is not pending:
             return
         pending.timed_out = True
-        pending.record.limits_hit.append("timeout")
+        pending.limits.append("timeout")
         self.recorder.event("cell-timeout", msg_id=pending.record.msg_id, seconds=self.timeouts.cell)
         self._spawn(self._interrupt())
         assert self.loop is not None
@@ -538,6 +553,7 @@ class GateService:
 
     async def _kill(self, sandbox: Sandbox, reason: str) -> None:
         assert self.loop is not None
+        self._killed_by_host = sandbox
         await self.loop.run_in_executor(None, sandbox.kill)
         self.kernel_events.append({"event": "killed", "reason": reason, "time": utcnow()})
 
@@ -549,16 +565,20 @@ class GateService:
         if self._exit_expected:
             self.recorder.event("kernel-exited", exit_code=code)
             return
+        if self._killed_by_host is sandbox:
+            self.recorder.event("kernel-killed", exit_code=code)
+            self._fail_queue("killed", "killed-by-host")
+            return
         self.recorder.event("kernel-died", exit_code=code)
         self.kernel_events.append({"event": "died", "exit_code": code, "time": utcnow()})
-        self._fail_queue("killed", "kernel-died")
+        self._fail_queue("kernel-died", "kernel-died")
 
     def _fail_queue(self, status: str, reason: str) -> None:
         """End every queued cell because the kernel is gone; tell frontends."""
         while self._queue:
             pending = self._queue[0]
-            if reason not in pending.record.limits_hit:
-                pending.record.limits_hit.append(reason)
+            if reason not in pending.limits:
+                pending.limits.append(reason)
             self._spawn(self._tell_frontend_killed(pending, reason))
             self._finish_head(forced_status=status)
 
@@ -584,25 +604,27 @@ class GateService:
         if pending.timer is not None:
             pending.timer.cancel()
         record = pending.record
-        record.ended = utcnow()
+        status: str
         if forced_status is not None:
-            record.status = forced_status  # type: ignore[assignment]
+            status = forced_status
         elif pending.reply_status == "aborted":
-            record.status = None  # never ran: journal only
+            self.recorder.cell_aborted(record)  # never ran: journal only
+            self.result_future(record.msg_id).set_result(record)
+            if self._queue:
+                self._start_head()
+            return
         elif pending.timed_out:
-            record.status = "timeout"
+            status = "timeout"
         elif pending.reply_status == "ok":
-            record.status = "ok"
-        elif record.error and record.error.get("ename") == "KeyboardInterrupt":
-            record.status = "interrupted"
+            status = "ok"
+        elif pending.error and pending.error.get("ename") == "KeyboardInterrupt":
+            status = "interrupted"
         else:
-            record.status = "error"
-        if record.status is None:
-            self.recorder.event("cell-aborted", msg_id=record.msg_id)
-            with self._results_lock:
-                self.recorder.cells = [c for c in self.recorder.cells if c is not record]
-        else:
-            self.recorder.cell_ended(record)
+            status = "error"
+        try:
+            self.recorder.cell_ended(record, status, pending.limits, pending.error)
+        except JournalError as exc:
+            self.recorder_failure(exc)
         self.result_future(record.msg_id).set_result(record)
         if self._queue:
             self._start_head()

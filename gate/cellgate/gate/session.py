@@ -65,7 +65,7 @@ class CellResult:
     def from_record(cls, record: CellRecord) -> CellResult:
         return cls(
             status=str(record.status), outputs=[dict(o) for o in record.outputs],
-            calls=sorted(record.calls, key=lambda c: c.seq), execution_count=record.execution_count,
+            calls=sorted(record.call_records, key=lambda c: c.seq), execution_count=record.execution_count,
             limits_hit=list(record.limits_hit), error=record.error,
         )
 

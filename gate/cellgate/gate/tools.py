@@ -9,6 +9,7 @@ and the parameter descriptions from the docstring with docstring_parser.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -39,6 +40,8 @@ class Tool:
     # "allow" for tools the operator passed explicitly (--tools), or what the
     # tool's source says (an MCP annotation); None falls to [policy] default.
     default_decision: Literal["allow", "deny", "approve"] | None = None
+    # A keyword-only `idempotency_key` parameter is filled by the gate, not by the caller.
+    accepts_idempotency_key: bool = False
 
     def manifest_entry(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -57,8 +60,20 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
     name = name or function.__name__
     check_identifier(name, "tool name")
     doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    signature = inspect.signature(function)
+    key = signature.parameters.get("idempotency_key")
+    takes_key = key is not None and key.kind is inspect.Parameter.KEYWORD_ONLY
+    described_function = function
+    if takes_key:
+        # Derive the schema from the signature without the gate-supplied parameter.
+        @functools.wraps(function)
+        def described_function(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
+            return function(*args, **kwargs)
+
+        described_function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p for n, p in signature.parameters.items() if n != "idempotency_key"])
     try:
-        schema = TypeAdapter(function).json_schema()
+        schema = TypeAdapter(described_function).json_schema()
     except Exception as exc:
         raise ConfigError(
             f"tool {name!r} ({source or function.__module__}): cannot derive a JSON Schema "
@@ -70,7 +85,8 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
         if arg in described:
             prop["description"] = described[arg]
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
-    return Tool(name=name, description=summary, parameters=schema, function=function, source=source)
+    return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
+                accepts_idempotency_key=takes_key)
 
 
 def load_module(path: str | Path) -> ModuleType:
