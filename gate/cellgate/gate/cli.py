@@ -175,6 +175,54 @@ def _add_approvals(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _add_audit(sub: Any) -> None:
+    recover = sub.add_parser("recover", help="rebuild the audit notebook from its journal after a crash")
+    recover.add_argument("journal", help="the <name>.journal.jsonl file")
+    recover.add_argument("-o", "--output", help="where to write the notebook (default: beside the journal)")
+
+    def run_recover(a: argparse.Namespace) -> int:
+        from .recorder import rebuild
+
+        journal = Path(a.journal)
+        if not journal.is_file():
+            raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
+        target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
+        for note in notes:
+            err.print(f"[yellow]note:[/] {escape(note)}")
+        statuses = [c.metadata.cellgate.status for c in nb.cells]
+        print(f"rebuilt {target} from {journal.name}: {len(nb.cells)} cells ({', '.join(statuses) or 'none'})")
+        return 0
+
+    recover.set_defaults(run=run_recover)
+
+    verify = sub.add_parser("verify", help="check an audit notebook against its journal and hash chain")
+    verify.add_argument("notebook")
+
+    def run_verify(a: argparse.Namespace) -> int:
+        from .audit import verify as check
+
+        problems = check(Path(a.notebook))
+        if problems:
+            for problem in problems:
+                err.print(f"[bold red]FAILED:[/] {escape(problem)}")
+            return 1
+        print(f"verified: {a.notebook} matches its journal and the hash chain is intact")
+        return 0
+
+    verify.set_defaults(run=run_verify)
+
+    show = sub.add_parser("show", help="summarise an audit notebook in the terminal")
+    show.add_argument("notebook")
+
+    def run_show(a: argparse.Namespace) -> int:
+        from .audit import show as summarise
+
+        summarise(Path(a.notebook))
+        return 0
+
+    show.set_defaults(run=run_show)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
@@ -184,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_doctor(sub)
     _add_policy(sub)
     _add_approvals(sub)
+    _add_audit(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -104,6 +104,9 @@ class Reducer:
         if event == "session-started":
             self.metadata = dict(record["metadata"])
             return None
+        if event == "recovered":
+            self.crash_ending()
+            return None
         if event == "cell-sent":
             cell = CellRecord(msg_id=record["msg_id"], source=record["source"], started=record["time"],
                               silent=bool(record.get("silent")))
@@ -288,10 +291,17 @@ def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, lis
         notes.append("the last journal record was cut short by the crash and was ignored")
     if found.problem:
         notes.append(f"stopped at a damaged record: {found.problem}")
+    else:
+        # The recovery is itself a journal record, so the rebuilt notebook verifies.
+        writer = Journal(journal)
+        writer.append("recovered", sync=True, notes=notes)
+        writer.close()
+        found = read_journal(journal)
     reducer = Reducer()
     for record in found.records:
         reducer.apply(record)
-    reducer.crash_ending()
+    if found.problem:
+        reducer.crash_ending()
     target = notebook or journal.with_name(journal.name.removesuffix(".journal.jsonl") + ".ipynb")
     nb = reducer.notebook(journal.name)
     nbformat.validate(nb)
