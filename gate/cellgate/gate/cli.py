@@ -222,6 +222,18 @@ def _add_audit(sub: Any) -> None:
 
     show.set_defaults(run=run_show)
 
+    report = sub.add_parser("report", help="write a self-contained, inert HTML page of a run")
+    report.add_argument("notebook")
+    report.add_argument("-o", "--output", required=True, help="the .html file to write")
+
+    def run_report(a: argparse.Namespace) -> int:
+        from .report import write_report
+
+        print(f"wrote {write_report(Path(a.notebook), Path(a.output))}")
+        return 0
+
+    report.set_defaults(run=run_report)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
