@@ -14,5 +14,7 @@ def charge(amount: int) -> str:
 
 
 def ledger(rows: int) -> list[dict[str, int]]:
-    """A large result (stored as a blob)."""
+    """A large result (stored as a blob); counted like charge."""
+    with open(os.environ["CELLGATE_TEST_COUNT_FILE"], "a") as ledger_file:
+        ledger_file.write("ledger\n")
     return [{"row": n, "amount": n * 3} for n in range(rows)]

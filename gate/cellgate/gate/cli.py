@@ -235,6 +235,38 @@ def _add_audit(sub: Any) -> None:
     report.set_defaults(run=run_report)
 
 
+def _add_replay(sub: Any) -> None:
+    p = sub.add_parser("replay", help="rerun a recorded run with its recorded tool results")
+    p.add_argument("notebook", help="the audit notebook of the run")
+    p.add_argument("--live", nargs="+", default=[], metavar="TOOL",
+                   help="send these tools to the real gate (policy and approvals apply)")
+    p.add_argument("--interactive", action="store_true",
+                   help="leave the kernel running where replay stops, for a person to attach to")
+    p.add_argument("--notebook", dest="output", help="where to write the replay's own notebook")
+    p.add_argument("--config", help="cellgate.toml for the sandbox and the policy of --live tools")
+
+    def run(a: argparse.Namespace) -> int:
+        import signal
+
+        from .replay import replay
+
+        source = Path(a.notebook)
+        output = Path(a.output) if a.output else source.with_name(source.stem + ".replay.ipynb")
+
+        async def go() -> int:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
+                                   say=lambda line: print(line, flush=True))
+            return 0 if outcome.failed_cell is None or outcome.reproduced else 1
+
+        return asyncio.run(go())
+
+    p.set_defaults(run=run)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
@@ -245,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_policy(sub)
     _add_approvals(sub)
     _add_audit(sub)
+    _add_replay(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -85,7 +85,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         tool_paths = [*settings.tool_paths(), *granted]
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
-        self.registry = ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
+        self.registry = options.get("registry") or ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
         self.tools_files = stubgen.generate(self.registry.manifest())
         session_id = options.get("session_id") or uuid.uuid4().hex
         notebook = options.get("notebook")
@@ -112,11 +112,13 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
                       "sources": [str(p) for p in tool_paths]},
             "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
+            **(options.get("metadata") or {}),
         }
         self.recorder = Recorder(notebook_path, metadata)
         approver = load_approver(options.get("approver") or settings.policy.approver)
-        gate = Gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
-                    call_timeout=box.call_timeout)
+        make_gate = options.get("gate_factory") or Gate
+        gate = make_gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
+                         call_timeout=box.call_timeout)
         self.service = GateService(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),

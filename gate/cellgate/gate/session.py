@@ -82,10 +82,16 @@ class Session:
         isolation: str | None = None,
         cwd: str | Path | None = None,
         approver: Any = None,
+        registry: Any = None,
+        gate_factory: Any = None,
+        metadata: dict[str, Any] | None = None,
         **sandbox: Any,
     ) -> None:
         self._options = {
             "approver": approver,
+            "registry": registry,
+            "gate_factory": gate_factory,
+            "metadata": metadata,
             "config": str(config) if config else None,
             "tools": [str(t) for t in tools],
             "notebook": str(notebook) if notebook else None,
@@ -129,6 +135,12 @@ class Session:
             self._client.stop_channels()
         await self.km.restart_kernel(now=True)
         await self._connect()
+
+    @property
+    def connection_file(self) -> str:
+        """The frontend connection file: `jupyter console --existing` it to attach."""
+        assert self.km is not None
+        return str(self.km.connection_file)
 
     async def shutdown(self) -> None:
         if self.km is None:

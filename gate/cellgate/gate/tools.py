@@ -44,7 +44,10 @@ class Tool:
     accepts_idempotency_key: bool = False
 
     def manifest_entry(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+        # JSON object order is not kept by every writer (notebooks sort keys), so the
+        # parameter order of the signature is stated explicitly.
+        order = list((self.parameters.get("properties") or {}).keys())
+        return {"name": self.name, "description": self.description, "parameters": self.parameters, "order": order}
 
 
 def _strip_titles(schema: Any) -> Any:

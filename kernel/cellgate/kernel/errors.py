@@ -9,7 +9,8 @@
     ├── ToolBudgetExceeded         a call budget is exhausted
     ├── ToolRateLimited            a rate limit refused the call
     ├── ToolTimeout(TimeoutError)  no answer within the deadline
-    └── ToolUnavailable            the gate could not serve the call at all
+    ├── ToolUnavailable            the gate could not serve the call at all
+    └── ReplayDivergence           replay: a call the recording does not have
 
 Every instance carries ``tool`` and a stable ``kind`` (see ``wire.ErrorKind``),
 so code in the cell never needs to parse messages.
@@ -59,6 +60,10 @@ class ToolUnavailable(ToolError):
     kind: ErrorKind = "unavailable"
 
 
+class ReplayDivergence(ToolError):
+    kind: ErrorKind = "divergence"
+
+
 _BY_KIND: dict[str, type[ToolError]] = {
     "failed": ToolError,
     "not_found": ToolNotFound,
@@ -69,6 +74,7 @@ _BY_KIND: dict[str, type[ToolError]] = {
     "timeout": ToolTimeout,
     "no_cell": ToolUnavailable,
     "unavailable": ToolUnavailable,
+    "divergence": ReplayDivergence,
 }
 
 
@@ -89,5 +95,6 @@ __all__ = [
     "ToolRateLimited",
     "ToolTimeout",
     "ToolUnavailable",
+    "ReplayDivergence",
     "error_for",
 ]

@@ -6,8 +6,9 @@ function with a real signature and docstring, so ``help(tools.x)`` and tab
 completion work; ``tools.aio`` holds async twins; ``tools.search()`` and
 ``tools.describe()`` are for discovery when the set is large.
 
-A manifest entry is ``{"name", "description", "parameters"}``, where
-``parameters`` is the JSON Schema (an object schema) of the tool's arguments.
+A manifest entry is ``{"name", "description", "parameters", "order"}``, where
+``parameters`` is the JSON Schema (an object schema) of the tool's arguments
+and the optional ``order`` lists their names in signature order.
 Every string from the manifest reaches the source only through ``repr()``,
 and names must be plain identifiers, so a hostile tool description cannot
 inject code into the stubs.
@@ -20,7 +21,7 @@ import keyword
 import re
 from typing import Any
 
-RESERVED = frozenset({"search", "describe", "aio", "ToolError"})
+RESERVED = frozenset({"search", "describe", "aio", "ToolError", "ReplayDivergence"})
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 _SIMPLE_TYPES = {
@@ -70,8 +71,12 @@ def _parameters(tool: dict[str, Any]) -> list[tuple[str, str, str | None, dict[s
     schema = tool.get("parameters") or {}
     properties: dict[str, Any] = schema.get("properties") or {}
     required = set(schema.get("required") or [])
+    order = tool.get("order")
+    names = [n for n in order if n in properties] if isinstance(order, list) else list(properties)
+    names += [n for n in properties if n not in names]
     params = []
-    for name, prop in properties.items():
+    for name in names:
+        prop = properties[name]
         check_identifier(name, f"parameter of tool {tool['name']!r}")
         prop = prop if isinstance(prop, dict) else {}
         if name in required:
@@ -146,7 +151,7 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         '``tools.aio`` holds async twins for ``asyncio.gather``.\n"""\n',
         header,
         "from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)\n"
-        "    ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,\n"
+        "    ReplayDivergence, ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,\n"
         "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"

@@ -31,6 +31,7 @@ ErrorKind = Literal[
     "timeout",  # the tool did not answer within its deadline
     "no_cell",  # no cell of this session is running: tool authority is scoped to a cell
     "unavailable",  # the gate cannot serve calls (e.g. its journal cannot be written)
+    "divergence",  # replay: the program made a call the recording does not have
 ]
 ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 

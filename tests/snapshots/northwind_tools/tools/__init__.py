@@ -9,11 +9,11 @@ import typing as _t
 
 from cellgate.kernel import runtime as _runtime
 from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)
-    ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,
+    ReplayDivergence, ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,
     ToolTimeout, ToolUnavailable, ToolValidationError,
 )
 
-_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","name":"create_task","parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","name":"list_orders","parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"}}]')
+_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","name":"create_task","order":["order_id","kind"],"parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","name":"list_orders","order":["month"],"parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"}}]')
 _SIGNATURES = {'create_task': "(order_id: str, kind: Literal['follow_up', 'refund', 'escalate'])", 'list_orders': '(month: str)'}
 
 def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> _t.Any:

@@ -1,0 +1,109 @@
+"""`cellgate replay`: recorded results, no side effects, the failure reproduced, a kernel left to fix it in."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client import BlockingKernelClient
+
+pytestmark = pytest.mark.gvisor
+
+COUNTED = Path(__file__).parent / "tools" / "counted.py"
+CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
+
+
+def cellgate(*args: str, count: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)})
+
+
+@pytest.fixture()
+def recorded(tmp_path: Path, runsc: object) -> tuple[Path, Path]:
+    count = tmp_path / "count"
+    programs = []
+    for index, source in enumerate(CELLS):
+        programs.append(tmp_path / f"c{index}.py")
+        programs[-1].write_text(source)
+    notebook = tmp_path / "run.ipynb"
+    done = cellgate("exec", *map(str, programs), "--tools", str(COUNTED), "--notebook", str(notebook), count=count)
+    assert done.returncode == 1 and "KeyError: 'customer'" in done.stderr
+    assert count.read_text().splitlines() == ["ledger", "300"]
+    count.write_text("")
+    return notebook, count
+
+
+def test_replay_answers_from_the_recording_and_reproduces_the_failure(recorded) -> None:
+    notebook, count = recorded
+    done = cellgate("replay", str(notebook), count=count)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[:4] == [
+        "cell 1: recorded ok, replayed ok", "cell 2: recorded ok, replayed ok",
+        "cell 3: recorded error, replayed error",
+        "the recorded failure of cell 3 (KeyError: 'customer') reproduced"]
+    assert "live calls: 0" in done.stdout
+    assert count.read_text() == ""  # no tool ran
+    replayed = nbformat.read(notebook.with_name("run.replay.ipynb"), as_version=4)
+    assert replayed.metadata.cellgate.replay_of["notebook"] == str(notebook)
+    assert [c.metadata.cellgate.calls[0]["decision"] for c in replayed.cells[:2]] == ["replayed", "replayed"]
+
+
+def test_live_tools_make_exactly_the_expected_live_calls(recorded) -> None:
+    notebook, count = recorded
+    done = cellgate("replay", str(notebook), "--live", "ledger", "--notebook", str(notebook.with_name("live.ipynb")),
+                    count=count)
+    assert done.returncode == 0 and "live calls: 1" in done.stdout
+    assert count.read_text().splitlines() == ["ledger"]
+
+
+def test_a_call_the_recording_does_not_have_is_a_divergence(tmp_path: Path, runsc: object) -> None:
+    count = tmp_path / "count"
+    program = tmp_path / "p.py"
+    program.write_text("import random\nprint(tools.charge(random.randint(1, 10**9)))")
+    notebook = tmp_path / "run.ipynb"
+    assert cellgate("exec", str(program), "--tools", str(COUNTED), "--notebook", str(notebook), count=count).returncode == 0
+    done = cellgate("replay", str(notebook), count=count)
+    assert done.returncode == 1
+    assert "ReplayDivergence: replay diverged in cell 1 at call 1: the recording has charge({\"amount\": " in done.stdout
+    assert "but the program called charge({\"amount\": " in done.stdout
+    assert len(count.read_text().splitlines()) == 1  # only the original run charged
+
+
+def test_interactive_replay_leaves_a_kernel_to_fix_the_failed_cell(recorded) -> None:
+    notebook, count = recorded
+    output = notebook.with_name("interactive.ipynb")
+    with subprocess.Popen([*CELLGATE, "replay", str(notebook), "--interactive", "--notebook", str(output)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}) as replay:
+        connection_file = None
+        for line in replay.stdout:
+            if "jupyter console --existing" in line:
+                connection_file = line.split("--existing", 1)[1].strip()
+                break
+        assert connection_file and Path(connection_file).is_file()
+        client = BlockingKernelClient(connection_file=connection_file)
+        client.load_connection_file()
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=60)
+            seen: list[str] = []
+            hook = lambda m: seen.append(m["content"]["text"]) if m["msg_type"] == "stream" else None  # noqa: E731
+            reply = client.execute_interactive("print(len(rows), receipt)", timeout=60, output_hook=hook)
+            assert reply["content"]["status"] == "ok" and seen == ["300 charged 300\n"]
+            reply = client.execute_interactive("print(rows[0]['amount'] + rows[1]['amount'])", timeout=60,
+                                               output_hook=hook)
+            assert reply["content"]["status"] == "ok" and seen[-1] == "3\n"
+        finally:
+            client.stop_channels()
+        replay.send_signal(signal.SIGINT)
+        assert replay.wait(60) == 0
+    nb = nbformat.read(output, as_version=4)
+    assert [c.source for c in nb.cells][-2:] == ["print(len(rows), receipt)",
+                                                  "print(rows[0]['amount'] + rows[1]['amount'])"]
+    assert count.read_text() == ""
