@@ -55,3 +55,15 @@ def test_loop_ignoring_sigint_is_killed_reported_and_session_restarts(session_fa
     box.restart()
     after = box.execute("print('fresh', 'doomed' in globals())")
     assert after.stdout == "fresh False\n"
+
+
+def test_kernel_death_mid_cell_keeps_partial_output_and_is_its_own_status(session_factory) -> None:
+    box = session_factory()
+    result = box.execute("import os, sys\nprint('partial', flush=True)\nsys.stdout.flush()\nos.kill(os.getpid(), 9)")
+    assert result.status == "kernel-died"
+    assert "partial" in result.stdout
+    assert "kernel-died" in result.limits_hit
+    cell = notebook_cells(box)[-1]
+    assert cell.metadata.cellgate.status == "kernel-died" and cell.outputs[0]["text"].startswith("partial")
+    box.restart()
+    assert box.execute("print('back')").stdout == "back\n"

@@ -8,6 +8,7 @@ Public API::
 from .config import Settings, load_settings
 from .gate import Secret
 from .errors import CellgateError, ConfigError, KernelDied, SandboxError, SandboxUnavailable, SessionError
+from .pool import Pool, PoolExhausted
 from .session import CellResult, Session
 from .tools import Tool, ToolRegistry, tool_from_function
 
@@ -16,6 +17,8 @@ __all__ = [
     "CellgateError",
     "ConfigError",
     "KernelDied",
+    "Pool",
+    "PoolExhausted",
     "SandboxError",
     "SandboxUnavailable",
     "Secret",

@@ -42,6 +42,7 @@ class SandboxSettings(_Strict):
     interrupt_grace: float = Field(5.0, gt=0)
     call_timeout: float = Field(30.0, gt=0)
     start_timeout: float = Field(60.0, gt=0)
+    output_limit_kb: int = Field(8192, ge=16, description="recorded output per cell; head and tail are kept")
 
 
 class AuditConfig(_Strict):

@@ -122,6 +122,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         self.service = GateService(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
+            output_limit=box.output_limit_kb << 10,
         )
         self.service.start()
 

@@ -14,6 +14,7 @@ signed or marked trusted.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, output_from_msg
+from nbformat.v4.rwbase import split_lines
 
 from .faults import failpoint
 from .gate import CallRecord, canonical_json, utcnow
@@ -50,6 +52,8 @@ class CellRecord:
     limits_hit: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
     journal: dict[str, Any] | None = None  # seq and hash of the record that ended the cell
+    version: int = 0  # bumped on every change, so a rendered cell can be cached
+    serial: int = 0  # position in the run; msg_ids can repeat after a kernel restart
 
     def add_output(self, output: dict[str, Any]) -> None:
         if output.get("output_type") == "clear_output":
@@ -64,6 +68,7 @@ class CellRecord:
 
     def as_cell(self) -> Any:
         cell = new_code_cell(source=self.source, execution_count=self.execution_count)
+        cell.id = f"cell-{self.serial}"  # deterministic: a rendering must not differ from the last one
         cell.outputs = [nbformat.from_dict(o) for o in self.outputs]
         calls = sorted([*self.calls, *self.pending_calls.values()], key=lambda c: c["seq"])
         cell.metadata["cellgate"] = {
@@ -96,6 +101,7 @@ class Reducer:
         self.metadata: dict[str, Any] = {}
         self.cells: list[CellRecord] = []
         self.by_id: dict[str, CellRecord] = {}
+        self._serials = itertools.count(1)
         self.head: dict[str, Any] | None = None
 
     def apply(self, record: dict[str, Any]) -> CellRecord | None:
@@ -109,13 +115,14 @@ class Reducer:
             return None
         if event == "cell-sent":
             cell = CellRecord(msg_id=record["msg_id"], source=record["source"], started=record["time"],
-                              silent=bool(record.get("silent")))
+                              silent=bool(record.get("silent")), serial=next(self._serials))
             self.cells.append(cell)
             self.by_id[cell.msg_id] = cell
             return cell
         cell = self.by_id.get(str(record.get("msg_id")))
         if cell is None:
             return None
+        cell.version += 1
         if event == "cell-started":
             cell.started = record["time"]
         elif event == "output":
@@ -154,11 +161,36 @@ class Reducer:
 
     def notebook(self, journal_name: str) -> Any:
         nb = new_notebook()
-        nb.metadata["kernelspec"] = {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"}
-        nb.metadata["language_info"] = {"name": "python"}
-        nb.metadata["cellgate"] = {**json_safe(self.metadata), "journal": {"file": journal_name, **(self.head or {})}}
+        nb.metadata = self._notebook_metadata(journal_name)
         nb.cells = [c.as_cell() for c in self.cells if c.status is not None]
         return nb
+
+    def _notebook_metadata(self, journal_name: str) -> dict[str, Any]:
+        return {
+            "kernelspec": {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"},
+            "language_info": {"name": "python"},
+            "cellgate": {**json_safe(self.metadata), "journal": {"file": journal_name, **(self.head or {})}},
+        }
+
+    def notebook_text(self, journal_name: str, cache: dict[int, tuple[int, str]]) -> str:
+        """The notebook as nbformat JSON, reusing each ended cell's text while it is unchanged.
+
+        Rewriting after every cell then costs a join of cached strings, not a
+        re-serialisation of the whole run, so the per-cell cost stays flat.
+        """
+        parts = []
+        for cell in self.cells:
+            if cell.status is None:
+                continue
+            cached = cache.get(cell.serial)
+            if cached is None or cached[0] != cell.version:
+                node = split_lines(nbformat.from_dict({"cells": [cell.as_cell()]})).cells[0]
+                text = json.dumps(node, sort_keys=True, indent=1, ensure_ascii=False)
+                cached = cache[cell.serial] = (cell.version, text)
+            parts.append(cached[1])
+        metadata = json.dumps(self._notebook_metadata(journal_name), sort_keys=True, indent=1, ensure_ascii=False)
+        return (f'{{\n "cells": [\n{",".join(parts)}\n ],\n "metadata": {metadata},\n'
+                f' "nbformat": 4,\n "nbformat_minor": 5\n}}\n')
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -199,6 +231,7 @@ class Recorder:
         self.journal = Journal(journal_path(notebook_path))
         self.blobs = blobs_path(notebook_path)
         self.reducer = Reducer()
+        self._cell_text: dict[int, tuple[int, str]] = {}
         self._lock = threading.RLock()
         self.metadata = session_metadata
         self._write("session-started", sync=True, metadata=session_metadata)
@@ -222,8 +255,9 @@ class Recorder:
     def cell_started(self, cell: CellRecord) -> None:
         self._write("cell-started", msg_id=cell.msg_id)
 
-    def output(self, cell: CellRecord, msg: dict[str, Any]) -> None:
-        self._write("output", msg_id=cell.msg_id, output=output_dict(msg))
+    def output(self, cell: CellRecord, output: dict[str, Any]) -> None:
+        """One output (an nbformat output dict, see ``output_dict``)."""
+        self._write("output", msg_id=cell.msg_id, output=output)
 
     def execute_input(self, cell: CellRecord, count: int) -> None:
         self._write("execute-input", msg_id=cell.msg_id, execution_count=count)
@@ -270,17 +304,20 @@ class Recorder:
             return self.reducer.notebook(self.journal.path.name)
 
     def write_notebook(self) -> None:
-        nb = self.notebook()
-        nbformat.validate(nb)
-        write_atomically(self.notebook_path, nbformat.writes(nb))
+        with self._lock:
+            text = self.reducer.notebook_text(self.journal.path.name, self._cell_text)
+        write_atomically(self.notebook_path, text)
 
     def close(self) -> None:
         try:
             self.event("session-ended")
         except JournalError:
             pass
-        self.write_notebook()
-        self.journal.close()
+        try:
+            self.write_notebook()
+            nbformat.validate(nbformat.reads(self.notebook_path.read_text(encoding="utf-8"), as_version=4))
+        finally:
+            self.journal.close()
 
 
 def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, list[str]]:

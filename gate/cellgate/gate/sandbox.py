@@ -234,6 +234,7 @@ class Sandbox:
         deadline = time.monotonic() + timeout
         expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" else os.geteuid()
         pending = set(CHANNELS)
+        wrong_owner: dict[str, int] = {}
         while pending:
             for channel in sorted(pending):
                 path = self.endpoint(channel).removeprefix("ipc://")
@@ -241,12 +242,18 @@ class Sandbox:
                     info = os.lstat(path)
                 except FileNotFoundError:
                     continue
-                if not stat.S_ISSOCK(info.st_mode) or info.st_uid != expected_uid:
+                if not stat.S_ISSOCK(info.st_mode):
                     self.delete()
                     raise SandboxError(
-                        f"the kernel's {channel} endpoint {path} is not a socket owned by uid {expected_uid} "
-                        f"(mode {oct(info.st_mode)}, uid {info.st_uid}); refusing to connect"
+                        f"the kernel's {channel} endpoint {path} is not a socket (mode {oct(info.st_mode)}); "
+                        "refusing to connect"
                     )
+                if info.st_uid != expected_uid:
+                    # gVisor's gofer creates the socket file, then hands it to the sandbox
+                    # user: a moment of root ownership is expected; anything longer is not.
+                    wrong_owner[channel] = info.st_uid
+                    continue
+                wrong_owner.pop(channel, None)
                 pending.discard(channel)
             unexpected = set(os.listdir(self.path("ipc"))) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
@@ -263,6 +270,9 @@ class Sandbox:
                 )
             if time.monotonic() > deadline:
                 self.delete()
+                if wrong_owner:
+                    raise SandboxError(f"the kernel's sockets {sorted(wrong_owner)} are not owned by uid "
+                                       f"{expected_uid} (owners {sorted(set(wrong_owner.values()))}); refusing to connect")
                 raise SandboxError(f"the sandboxed kernel was not ready within {timeout:g} s: {self.log_tail()}")
             time.sleep(0.02)  # polling the file system for the kernel's sockets
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import hashlib
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -37,7 +39,7 @@ from cellgate.kernel.wire import MAX_REQUEST_BYTES
 
 from .protocol import ProtocolError, parse_call, strict_loads
 from .journal import JournalError
-from .recorder import CellRecord, Recorder
+from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
 DELIM = b"<IDS|MSG>"
@@ -70,6 +72,12 @@ class _Pending:
     replied: bool = False
     limits: list[str] = field(default_factory=list)
     error: dict[str, str] | None = None
+    # Output cap: the head is recorded as it comes, the tail is held, the middle is dropped.
+    out_bytes: int = 0
+    tail: collections.deque[tuple[dict[str, Any], int]] = field(default_factory=collections.deque)
+    tail_bytes: int = 0
+    dropped_bytes: int = 0
+    dropped_digest: Any = field(default_factory=hashlib.sha256)
     idle: bool = False
     reply_status: str | None = None
     timed_out: bool = False
@@ -94,7 +102,9 @@ class GateService:
         gate: Gate,
         recorder: Recorder,
         timeouts: CellTimeouts,
+        output_limit: int = 8 << 20,
     ) -> None:
+        self.output_limit = output_limit
         self.front_info = front
         self.gate = gate
         self.recorder = recorder
@@ -448,8 +458,35 @@ class GateService:
             if isinstance(count, int) and not isinstance(count, bool):
                 self.recorder.execute_input(head.record, count)
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
-            self.recorder.output(head.record, msg)
+            self._capture(head, output_dict(msg))
         return True
+
+    def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
+        """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
+        size = len(json.dumps(output, ensure_ascii=False))
+        half = self.output_limit // 2
+        if not pending.tail and not pending.dropped_bytes and pending.out_bytes + size <= half:
+            pending.out_bytes += size
+            self.recorder.output(pending.record, output)
+            return
+        pending.tail.append((output, size))
+        pending.tail_bytes += size
+        while pending.tail_bytes > half:
+            old, old_size = pending.tail.popleft()
+            pending.tail_bytes -= old_size
+            pending.dropped_bytes += old_size
+            pending.dropped_digest.update(json.dumps(old, ensure_ascii=False, sort_keys=True).encode())
+
+    def _flush_tail(self, pending: _Pending) -> None:
+        if pending.dropped_bytes:
+            note = (f"[output truncated: {pending.dropped_bytes} bytes dropped, "
+                    f"sha256={pending.dropped_digest.hexdigest()}; the cell printed more than the "
+                    f"{self.output_limit} byte output limit]\n")
+            self.recorder.output(pending.record, {"output_type": "stream", "name": "stderr", "text": note})
+            if "output" not in pending.limits:
+                pending.limits.append("output")
+        while pending.tail:
+            self.recorder.output(pending.record, pending.tail.popleft()[0])
 
     def _precheck(self, rest: list[bytes]) -> str | None:
         """Bound a message before it is parsed; returns its type, or None to drop it."""
@@ -622,9 +659,11 @@ class GateService:
         else:
             status = "error"
         try:
+            self._flush_tail(pending)
             self.recorder.cell_ended(record, status, pending.limits, pending.error)
-        except JournalError as exc:
+        except Exception as exc:  # the record of a cell must never leave its caller waiting
             self.recorder_failure(exc)
+            record.status = record.status or status  # type: ignore[assignment]
         self.result_future(record.msg_id).set_result(record)
         if self._queue:
             self._start_head()
