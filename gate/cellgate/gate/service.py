@@ -303,13 +303,11 @@ class GateService:
     def _stdin_allowed(self, frames: list[bytes]) -> bool:
         """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
         head = self._running()
-        try:
-            _, rest = self._kernel_session.feed_identities(frames)
-            msg = self._kernel_session.deserialize(rest)
-            parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        except Exception as exc:
-            self.protocol_event("protocol-error", channel="stdin", error=str(exc)[:300])
+        parsed = self._parse(self._kernel_session, frames, "stdin")
+        if parsed is None:
             return False
+        msg = parsed[1]
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is not None and head.allow_stdin and parent_id == head.record.msg_id:
             return True
         prompt = str((msg.get("content") or {}).get("prompt", ""))[:200] if isinstance(msg.get("content"), dict) else ""
@@ -334,13 +332,20 @@ class GateService:
                 await dst.send_multipart(frames)
 
     # ---------------------------------------------------- frontend requests
-    def _tap_request(self, frames: list[bytes]) -> None:
+    def _parse(self, session: Session, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
+        """(identities, message), or None after journalling why it could not be read."""
         try:
-            idents, rest = self._front_session.feed_identities(frames)
-            msg = self._front_session.deserialize(rest)
+            idents, rest = session.feed_identities(frames)
+            return idents, session.deserialize(rest)
         except Exception as exc:
-            self.recorder.event("protocol-error", channel="shell-request", error=str(exc)[:300])
+            self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    def _tap_request(self, frames: list[bytes]) -> None:
+        parsed = self._parse(self._front_session, frames, "shell-request")
+        if parsed is None:
             return
+        idents, msg = parsed
         if msg["header"].get("msg_type") != "execute_request":
             return
         content = msg["content"]
@@ -394,12 +399,10 @@ class GateService:
                 self._arm(pending)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
-        try:
-            _, rest = self._kernel_session.feed_identities(frames)
-            msg = self._kernel_session.deserialize(rest)
-        except Exception as exc:
-            self.recorder.event("protocol-error", channel="shell-reply", error=str(exc)[:300])
+        parsed = self._parse(self._kernel_session, frames, "shell-reply")
+        if parsed is None:
             return
+        msg = parsed[1]
         if msg["header"].get("msg_type") != "execute_reply":
             return
         head = self._running()

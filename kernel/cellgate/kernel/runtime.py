@@ -10,11 +10,13 @@ many calls can be in flight at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Final
 
@@ -94,11 +96,12 @@ class GateClient:
             raise ToolUnavailable(tool, f"could not send the call to the gate: {exc}") from None
         return future
 
-    def call(self, tool: str, args: dict[str, Any]) -> Any:
-        __tracebackhide__ = True  # IPython: show the caller's line, not the runtime's
-        future = self.submit(tool, args)
+    @contextlib.contextmanager
+    def _answer(self, tool: str, future: Future[Any]) -> Iterator[None]:
+        """Turn a reply into the cell's result or a clean ToolError (no runtime frames)."""
+        __tracebackhide__ = True
         try:
-            return future.result(timeout=self._reply_wait)
+            yield
         except ToolError as error:
             raise error.with_traceback(None) from None
         except TimeoutError:
@@ -108,19 +111,17 @@ class GateClient:
         finally:
             self._forget(future)
 
+    def call(self, tool: str, args: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython: show the caller's line, not the runtime's
+        future = self.submit(tool, args)
+        with self._answer(tool, future):
+            return future.result(timeout=self._reply_wait)
+
     async def acall(self, tool: str, args: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         future = self.submit(tool, args)
-        try:
+        with self._answer(tool, future):
             return await asyncio.wait_for(asyncio.wrap_future(future), self._reply_wait)
-        except ToolError as error:
-            raise error.with_traceback(None) from None
-        except TimeoutError:
-            raise ToolTimeout(
-                tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s"
-            ) from None
-        finally:
-            self._forget(future)
 
     def _forget(self, future: Future[Any]) -> None:
         with self._lock:
