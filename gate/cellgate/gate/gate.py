@@ -23,7 +23,7 @@ import inspect
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -141,8 +141,8 @@ class CallContext:
     claimed_line: int | None = None
     # Called with True when the call starts waiting for a person, False when it stops.
     waiting: Callable[[bool], None] = lambda _: None
-    # Writes the intent record (fsync'd) just before the tool runs; raises if it cannot.
-    intent: Callable[[CallRecord], None] = lambda _: None
+    # Makes the intent record durable just before the tool runs; raises if it cannot.
+    intent: Callable[[CallRecord], Awaitable[None]] | None = None
     # Gate-generated, per (session, cell, sequence); passed to tools that take `idempotency_key`.
     idempotency_key: str = ""
 
@@ -243,7 +243,8 @@ class Gate:
             record.decision = "allow"
         record.idempotency_key = context.idempotency_key or None
         try:
-            context.intent(record)
+            if context.intent is not None:
+                await context.intent(record)
         except OSError as exc:  # the journal: no side effect may run that it cannot record
             raise CallFailed("unavailable", f"tool {tool.name!r} was not run: {exc}") from None
         args = dict(request.args)

@@ -57,6 +57,7 @@ class Journal:
         self._lock = threading.Lock()
         self.broken: str | None = None
         self.seq, self.head = 0, GENESIS
+        self.synced = 0
         if path.exists():  # continue an existing journal (e.g. after `cellgate recover`)
             found = read_journal(path)
             if found.problem:
@@ -87,7 +88,25 @@ class Journal:
                 self.broken = f"{type(exc).__name__}: {exc}"
                 raise JournalError(f"the audit journal {self.path} cannot be written: {self.broken}") from None
             self.seq, self.head = record["seq"], record["hash"]
+            if sync:
+                self.synced = self.seq
             return record
+
+    def sync(self) -> int:
+        """fsync everything written so far; returns the last durable seq (group commit)."""
+        with self._lock:
+            target = self.seq
+            if self.synced >= target:
+                return self.synced
+            fd = self._file.fileno()
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self.broken = f"{type(exc).__name__}: {exc}"
+            raise JournalError(f"the audit journal {self.path} cannot be written: {self.broken}") from None
+        with self._lock:
+            self.synced = max(self.synced, target)
+            return self.synced
 
     def close(self) -> None:
         with self._lock:

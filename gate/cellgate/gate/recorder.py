@@ -13,6 +13,7 @@ signed or marked trusted.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -232,6 +233,7 @@ class Recorder:
         self.blobs = blobs_path(notebook_path)
         self.reducer = Reducer()
         self._cell_text: dict[int, tuple[int, str]] = {}
+        self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
         self.metadata = session_metadata
         self._write("session-started", sync=True, metadata=session_metadata)
@@ -262,9 +264,20 @@ class Recorder:
     def execute_input(self, cell: CellRecord, count: int) -> None:
         self._write("execute-input", msg_id=cell.msg_id, execution_count=count)
 
-    def call_started(self, cell: CellRecord, record: CallRecord) -> None:
-        """The intent record: fsync'd before the tool runs (raises JournalError if it cannot be)."""
-        self._write("call-started", sync=True, msg_id=cell.msg_id, call=record.as_metadata(INLINE_RESULT_BYTES))
+    async def call_started(self, cell: CellRecord, record: CallRecord) -> None:
+        """The intent record, durable before the tool runs (raises JournalError if it cannot be).
+
+        Concurrent calls share one fsync (group commit): each waits until a sync
+        that began after its record was written has finished.
+        """
+        with self._lock:
+            self._write("call-started", msg_id=cell.msg_id, call=record.as_metadata(INLINE_RESULT_BYTES))
+            mine = self.journal.seq
+        loop = asyncio.get_running_loop()
+        while self.journal.synced < mine:
+            if self._syncing is None or self._syncing.done():
+                self._syncing = loop.run_in_executor(None, self.journal.sync)
+            await asyncio.shield(self._syncing)
         failpoint("after-intent")
 
     def call_finished(self, cell: CellRecord | None, record: CallRecord, full_result: Any = None) -> None:
@@ -273,12 +286,14 @@ class Recorder:
         if record.ok and "result" not in entry and record.result_sha256:
             self._store_blob(record.result_sha256, full_result if full_result is not None else record.result)
             entry["result_blob"] = f"{self.blobs.name}/{record.result_sha256}.json"
+        # Not fsync'd on its own: losing it in a crash leaves the call "needs
+        # reconciliation" (its intent is durable), never silently done twice.
         if cell is None:
-            self._write("call-finished", sync=True, msg_id=None, call=entry)
+            self._write("call-finished", msg_id=None, call=entry)
             return
         with self._lock:
             cell.call_records.append(record)
-            self._write("call-finished", sync=True, msg_id=cell.msg_id, call=entry)
+            self._write("call-finished", msg_id=cell.msg_id, call=entry)
 
     def _store_blob(self, digest: str, value: Any) -> None:
         self.blobs.mkdir(exist_ok=True)

@@ -127,6 +127,8 @@ class GateService:
         self._exit_expected = False
         self._killed_by_host: Sandbox | None = None
         self._protocol_counts: collections.Counter[str] = collections.Counter()
+        self._outbox: dict[str, list[dict[str, Any]]] = {}
+        self._flush_scheduled = False
         self.kernel_events: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ thread API
@@ -561,10 +563,25 @@ class GateService:
             pass
 
     async def _reply(self, comm_id: str, data: dict[str, Any]) -> None:
+        """Queue a reply; replies ready in the same loop turn go to the kernel as one message.
+
+        Every control message costs the kernel a busy/idle round on IOPub, which
+        inside gVisor dominates a call; batching keeps parallel calls parallel.
+        """
+        self._outbox.setdefault(comm_id, []).append(data)
+        if not self._flush_scheduled and self.loop is not None:
+            self._flush_scheduled = True
+            self.loop.call_soon(lambda: self._spawn(self._flush_replies()))
+
+    async def _flush_replies(self) -> None:
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, {}
         if self._host_control is None:
             return
-        msg = self._kernel_session.msg("comm_msg", {"comm_id": comm_id, "data": data})
-        await self._host_control.send_multipart(self._kernel_session.serialize(msg))
+        for comm_id, replies in outbox.items():
+            data = replies[0] if len(replies) == 1 else {"batch": replies}
+            msg = self._kernel_session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+            await self._host_control.send_multipart(self._kernel_session.serialize(msg))
 
     # ------------------------------------------------- timeouts and death
     def _on_timeout(self, pending: _Pending) -> None:

@@ -130,7 +130,11 @@ class GateClient:
                     del self._pending[key]
 
     def resolve(self, data: Any) -> None:
-        """Deliver a host reply (called on the kernel's control thread)."""
+        """Deliver a host reply, or a batch of them (called on the kernel's control thread)."""
+        if isinstance(data, dict) and isinstance(data.get("batch"), list):
+            for item in data["batch"]:
+                self.resolve(item)
+            return
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             return
         with self._lock:

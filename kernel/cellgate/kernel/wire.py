@@ -12,6 +12,7 @@ blocked while a cell runs)::
 
     {"id": "...", "ok": true, "result": <json>}
     {"id": "...", "ok": false, "error": {"kind": <ErrorKind>, "message": "..."}}
+    {"batch": [<reply>, <reply>, ...]}    # replies that were ready at the same moment
 """
 
 from __future__ import annotations
