@@ -16,7 +16,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone

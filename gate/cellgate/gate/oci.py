@@ -9,7 +9,7 @@ configuration.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 SANDBOX_UID: Final = 1000

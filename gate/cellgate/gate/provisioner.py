@@ -11,7 +11,6 @@ reachable only through its ipc sockets.
 from __future__ import annotations
 
 import asyncio
-import os
 import platform
 import signal
 import uuid

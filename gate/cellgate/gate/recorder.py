@@ -29,7 +29,7 @@ from nbformat.v4 import new_code_cell, new_notebook, output_from_msg
 from nbformat.v4.rwbase import split_lines
 
 from .faults import failpoint
-from .gate import CallRecord, canonical_json, utcnow
+from .gate import CallRecord, canonical_json
 from .journal import Journal, JournalError, json_safe, read_journal
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
@@ -363,6 +363,3 @@ def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, lis
     write_atomically(target, nbformat.writes(nb))
     return target, nb, notes
 
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
