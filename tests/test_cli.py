@@ -105,3 +105,11 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "sandbox.memory_mb = 'lots'" in done.stderr
     assert "unknown key 'sandbox.network'" in done.stderr
+
+
+def test_bad_command_line_option_is_a_clear_error(tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    done = run("exec", str(program), "--timeout", "-3", "--isolation", "none")
+    assert done.returncode == 2
+    assert "sandbox options: cell_timeout = -3.0: Input should be greater than 0" in done.stderr

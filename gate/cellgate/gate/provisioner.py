@@ -18,13 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.provisioning import LocalProvisioner
-
 from cellgate.kernel import stubgen
+from jupyter_client.provisioning import LocalProvisioner
+from pydantic import ValidationError
 
 from . import oci
-from .config import Settings, find_config, load_settings
 from .approval import load_approver
+from .config import SandboxSettings, Settings, find_config, load_settings
+from .errors import ConfigError
 from .gate import Gate
 from .policy import policy_sha256
 from .recorder import Recorder
@@ -39,9 +40,12 @@ def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:
     settings = load_settings(find_config(options.get("config"), cwd), cwd)
     sandbox_overrides = {k: v for k, v in (options.get("sandbox") or {}).items() if v is not None}
     if sandbox_overrides:
-        settings = settings.model_copy(
-            update={"sandbox": settings.sandbox.model_copy(update=sandbox_overrides)}
-        )
+        try:  # validated like the file's own [sandbox] table
+            sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **sandbox_overrides})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))} = {e.get('input')!r}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"sandbox options: {problems}") from None
+        settings = settings.model_copy(update={"sandbox": sandbox})
     return settings
 
 
