@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jupyter_client import AsyncKernelManager
 
-from cellgate.gate import Session
+from cellgate.gate import Pool, Session
 
 ROOT = Path(__file__).resolve().parent.parent
 NORTHWIND = ROOT / "examples" / "northwind"
@@ -114,6 +114,19 @@ async def cellgate_kernel(folder: Path, cells: int, calls: int) -> dict[str, lis
     return out
 
 
+async def pool_acquire(folder: Path, count: int) -> list[float]:
+    """Time to get a session from a warm pool (its sandbox already started)."""
+    times = []
+    async with Pool(2, max_sessions=4, notebook_dir=folder / "pool", cwd=folder) as pool:
+        for _ in range(count):
+            await pool.wait_warm()
+            t = time.perf_counter()
+            session = await pool.acquire()
+            times.append((time.perf_counter() - t) * 1000)
+            await pool.release(session)
+    return times
+
+
 async def northwind(folder: Path) -> list[float]:
     times = []
     for attempt in range(3):
@@ -173,12 +186,15 @@ async def main() -> None:
         folder = Path(tmp)
         plain_start, plain_trip = await plain_kernel(cells)
         cg = await cellgate_kernel(folder, cells, calls)
+        (folder / "pool").mkdir()
+        acquire = await pool_acquire(folder, 5 if args.quick else 10)
         nw = await northwind(folder)
         first, last = await long_session(folder, args.long if not args.quick else 100)
         answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
     rows = [
         row("cold start, plain ipykernel", plain_start),
         row("cold start, cellgate (gVisor)", cg["start"], baseline=plain_start),
+        row("pool acquire (warm sandbox)", acquire),
         row("trivial cell round trip, plain", plain_trip),
         row("trivial cell round trip, cellgate", cg["trip"], baseline=plain_trip),
         row("blocking gated call (sequential)", cg["call"]),
