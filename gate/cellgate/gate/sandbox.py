@@ -204,7 +204,7 @@ class Sandbox:
         os.chmod(self.path("ipc"), 0o700)
         log = open(self.path("log", "sandbox.log"), "wb")
         if self.config.isolation == "gvisor":
-            env = {"PATH": HOST_PATH}  # runsc's own environment: nothing of the host's
+            env: dict[str, str] = {}  # runsc gets no environment at all, the host's least of all
             cwd = str(self.root)
         else:
             env = dict(oci.parse_env(oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait)))
