@@ -158,7 +158,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         if signum == signal.SIGKILL:
             await asyncio.to_thread(self.sandbox.kill)
         elif signum == signal.SIGINT and self.service is not None:
-            self.service._call(self.service._interrupt())
+            self.service.interrupt()
 
     async def kill(self, restart: bool = False) -> None:
         if self.sandbox is not None:

@@ -33,7 +33,7 @@ from jupyter_client.session import Session
 
 from cellgate.kernel.wire import COMM_TARGET
 
-from .gate import CallContext, Gate, utcnow
+from .gate import CallContext, Gate
 from cellgate.kernel.wire import MAX_REQUEST_BYTES
 
 from .protocol import ProtocolError, parse_call, strict_loads
@@ -128,7 +128,6 @@ class GateService:
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self._outbox: dict[str, list[dict[str, Any]]] = {}
         self._flush_scheduled = False
-        self.kernel_events: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -152,6 +151,10 @@ class GateService:
     def attach(self, sandbox: Sandbox) -> None:
         """Connect to a started sandbox's sockets (after ``wait_for_sockets``)."""
         self._call(self._attach(sandbox))
+
+    def interrupt(self) -> None:
+        """Send the kernel an interrupt_request on control (as the cell timeout does)."""
+        self._call(self._interrupt())
 
     def expect_exit(self) -> None:
         """The frontend asked the kernel to shut down: its exit is not a death."""
@@ -605,13 +608,12 @@ class GateService:
         self.recorder.event("cell-kill", msg_id=pending.record.msg_id,
                             reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of the interrupt")
         sandbox = self.sandbox
-        self._spawn(self._kill(sandbox, "killed: the cell ignored the interrupt after its timeout"))
+        self._spawn(self._kill(sandbox))
 
-    async def _kill(self, sandbox: Sandbox, reason: str) -> None:
+    async def _kill(self, sandbox: Sandbox) -> None:
         assert self.loop is not None
         self._killed_by_host = sandbox
         await self.loop.run_in_executor(None, sandbox.kill)
-        self.kernel_events.append({"event": "killed", "reason": reason, "time": utcnow()})
 
     async def _watch_process(self, sandbox: Sandbox) -> None:
         assert self.loop is not None and sandbox.process is not None
@@ -626,7 +628,6 @@ class GateService:
             self._fail_queue("killed", "killed-by-host")
             return
         self.recorder.event("kernel-died", exit_code=code)
-        self.kernel_events.append({"event": "died", "exit_code": code, "time": utcnow()})
         self._fail_queue("kernel-died", "kernel-died")
 
     def _fail_queue(self, status: str, reason: str) -> None:
