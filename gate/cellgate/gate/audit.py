@@ -127,8 +127,15 @@ def show(path: Path, console: Console | None = None) -> int:
             console.print(f"  #{call.get('seq')} {escape(str(call.get('tool')))} "
                           f"decision={escape(str(call.get('decision')))} {outcome} "
                           f"{call.get('duration_ms', 0):.1f} ms")
-    usage = meta.get("usage")
     console.print(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
-                  f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})"
-                  + (f", tokens in {usage.get('input_tokens')} out {usage.get('output_tokens')}" if usage else ""))
+                  f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
+    agent = meta.get("agent")
+    if agent:
+        usage = agent.get("usage") or {}
+        ended = agent.get("ended") or {"reason": "still running, or the host stopped"}
+        console.print(f"agent: model {escape(str(agent.get('model')))}, mode {escape(str(agent.get('mode')))}, "
+                      f"{len(agent.get('turns') or [])} turns, ended {escape(str(ended.get('reason')))}; "
+                      f"tokens in {usage.get('input_tokens', 0):,} out {usage.get('output_tokens', 0):,} "
+                      f"cache read {usage.get('cache_read_input_tokens', 0):,} "
+                      f"cache write {usage.get('cache_creation_input_tokens', 0):,}")
     return failed

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import re
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_approvals(sub)
     _add_audit(sub)
     _add_replay(sub)
+    for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
+        entry.load()(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -45,6 +45,18 @@ class SandboxSettings(_Strict):
     output_limit_kb: int = Field(8192, ge=16, description="recorded output per cell; head and tail are kept")
 
 
+class AgentSettings(_Strict):
+    """``[agent]``: defaults for ``cellgate run`` (its flags override them)."""
+
+    model: str = "claude-sonnet-4-5"
+    mode: Literal["code", "direct", "hybrid"] = "code"
+    max_turns: int = Field(20, ge=1, le=1000)
+    max_tokens: int = Field(4096, ge=16, le=128_000)
+    output_budget: int = Field(20_000, ge=200, description="characters of a cell's output the model sees")
+    image_limit_kb: int = Field(512, ge=0, description="larger images go back to the model as a note")
+    search_threshold: int = Field(30, ge=0, description="above this many tools, the prompt points at tools.search()")
+
+
 class AuditConfig(_Strict):
     dir: str = "cellgate-runs"
 
@@ -53,6 +65,7 @@ class Settings(_Strict):
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
+    agent: AgentSettings = AgentSettings()
     policy: Policy = Policy()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pydantic_core
@@ -145,6 +145,8 @@ class CallContext:
     intent: Callable[[CallRecord], Awaitable[None]] | None = None
     # Gate-generated, per (session, cell, sequence); passed to tools that take `idempotency_key`.
     idempotency_key: str = ""
+    # Who asked: a program in the sandbox ("code") or the model on its own turn ("direct").
+    origin: Literal["code", "direct"] = "code"
 
 
 class Gate:
@@ -219,6 +221,11 @@ class Gate:
         if request.id in self._seen_ids:
             raise CallFailed("invalid", f"call id {request.id} was already used in this session; each call needs a new id")
         self._seen_ids.add(request.id)
+        exposure = self.policy.exposure(tool.name)
+        if context.origin == "code" and exposure == "direct":
+            raise CallFailed("denied", f"tool {tool.name!r} may only be called by the model on its own turn "
+                                       f"([policy.tools.{tool.name}] expose = \"direct\"), not from code; "
+                                       "call it as a tool, or ask the operator to expose it to code")
         error = jsonschema.exceptions.best_match(self._validators[tool.name].iter_errors(request.args))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"

@@ -97,6 +97,11 @@ class Policy(_Strict):
     def for_tool(self, tool: str) -> ToolPolicy | None:
         return self.tools.get(tool)
 
+    def exposure(self, tool: str) -> Expose:
+        """How the model may reach a tool: from code, as a direct tool on its own turn, or both."""
+        entry = self.tools.get(tool)
+        return entry.expose if entry else "code"
+
     def secret_args(self, tool: str) -> frozenset[str]:
         entry = self.tools.get(tool)
         return frozenset(entry.secrets) if entry else frozenset()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook, output_from_msg
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, output_from_msg
 from nbformat.v4.rwbase import split_lines
 
 from .faults import failpoint
@@ -33,6 +33,9 @@ from .gate import CallRecord, canonical_json
 from .journal import Journal, JournalError, json_safe, read_journal
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
+# code: a program the kernel ran; direct: a tool the model called on its own turn
+# (run by the gate, no kernel involved); markdown: the model's text of a turn.
+CellKind = Literal["code", "direct", "markdown"]
 
 INLINE_RESULT_BYTES = 2048
 
@@ -55,6 +58,8 @@ class CellRecord:
     journal: dict[str, Any] | None = None  # seq and hash of the record that ended the cell
     version: int = 0  # bumped on every change, so a rendered cell can be cached
     serial: int = 0  # position in the run; msg_ids can repeat after a kernel restart
+    kind: CellKind = "code"
+    extra: dict[str, Any] = field(default_factory=dict)  # markdown cells: the turn, model and usage
 
     def add_output(self, output: dict[str, Any]) -> None:
         if output.get("output_type") == "clear_output":
@@ -68,6 +73,11 @@ class CellRecord:
             self.outputs.append(nbformat.from_dict(output))
 
     def as_cell(self) -> Any:
+        if self.kind == "markdown":
+            cell = new_markdown_cell(source=self.source)
+            cell.id = f"cell-{self.serial}"
+            cell.metadata["cellgate"] = {"kind": "model", **self.extra}
+            return cell
         cell = new_code_cell(source=self.source, execution_count=self.execution_count)
         cell.id = f"cell-{self.serial}"  # deterministic: a rendering must not differ from the last one
         cell.outputs = [nbformat.from_dict(o) for o in self.outputs]
@@ -85,6 +95,8 @@ class CellRecord:
                 cell.metadata["cellgate"][key] = getattr(self, key)
         if self.silent:
             cell.metadata["cellgate"]["silent"] = True
+        if self.kind == "direct":
+            cell.metadata["cellgate"]["kind"] = "direct"
         return cell
 
 
@@ -104,6 +116,37 @@ class Reducer:
         self.by_id: dict[str, CellRecord] = {}
         self._serials = itertools.count(1)
         self.head: dict[str, Any] | None = None
+        self.agent: dict[str, Any] | None = None  # set when an agent loop drives the session
+
+    def _new_cell(self, msg_id: str, source: str, time: str, **fields: Any) -> CellRecord:
+        cell = CellRecord(msg_id=msg_id, source=source, started=time, serial=next(self._serials), **fields)
+        self.cells.append(cell)
+        self.by_id[cell.msg_id] = cell
+        return cell
+
+    def _agent_event(self, event: str, record: dict[str, Any]) -> CellRecord | None:
+        if event == "agent-started":
+            self.agent = {key: record[key] for key in ("task", "model", "mode") if key in record}
+            self.agent.update(turns=[], usage={}, ended=None)
+            return self._new_cell("agent-task", f"**Task:** {record['task']}", record["time"],
+                                  kind="markdown", status="ok", extra={"kind": "task"})
+        if self.agent is None:
+            return None
+        if event == "model-turn":
+            usage = {k: int(v) for k, v in (record.get("usage") or {}).items() if isinstance(v, int)}
+            turn = {"turn": record["turn"], "model": record.get("model"), "stop_reason": record.get("stop_reason"),
+                    "usage": usage}
+            self.agent["turns"].append(turn)
+            totals = self.agent["usage"]
+            for key, value in usage.items():
+                totals[key] = totals.get(key, 0) + value
+            if str(record.get("text") or "").strip():
+                return self._new_cell(f"turn-{record['turn']}", record["text"], record["time"], kind="markdown",
+                                      status="ok", extra=turn)
+        elif event == "agent-ended":
+            self.agent["ended"] = {"reason": record["reason"], "turns": record.get("turns"),
+                                   "detail": record.get("detail")}
+        return None
 
     def apply(self, record: dict[str, Any]) -> CellRecord | None:
         self.head = {"seq": record["seq"], "hash": record["hash"]}
@@ -114,12 +157,11 @@ class Reducer:
         if event == "recovered":
             self.crash_ending()
             return None
+        if event in ("agent-started", "model-turn", "agent-ended"):
+            return self._agent_event(event, record)
         if event == "cell-sent":
-            cell = CellRecord(msg_id=record["msg_id"], source=record["source"], started=record["time"],
-                              silent=bool(record.get("silent")), serial=next(self._serials))
-            self.cells.append(cell)
-            self.by_id[cell.msg_id] = cell
-            return cell
+            return self._new_cell(record["msg_id"], record["source"], record["time"],
+                                  silent=bool(record.get("silent")), kind=record.get("kind", "code"))
         cell = self.by_id.get(str(record.get("msg_id")))
         if cell is None:
             return None
@@ -170,7 +212,8 @@ class Reducer:
         return {
             "kernelspec": {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"},
             "language_info": {"name": "python"},
-            "cellgate": {**json_safe(self.metadata), "journal": {"file": journal_name, **(self.head or {})}},
+            "cellgate": {**json_safe(self.metadata), **({"agent": json_safe(self.agent)} if self.agent else {}),
+                         "journal": {"file": journal_name, **(self.head or {})}},
         }
 
     def notebook_text(self, journal_name: str, cache: dict[int, tuple[int, str]]) -> str:
@@ -249,8 +292,9 @@ class Recorder:
             return self.reducer.apply(record)
 
     # -- what the service reports
-    def cell_sent(self, msg_id: str, source: str, silent: bool) -> CellRecord:
-        cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent)
+    def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code") -> CellRecord:
+        extra = {"kind": kind} if kind != "code" else {}
+        cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent, **extra)
         assert cell is not None
         return cell
 
@@ -310,8 +354,22 @@ class Recorder:
         self._write("cell-aborted", msg_id=cell.msg_id)
 
     def event(self, event: str, **data: Any) -> None:
-        sync = event in ("kernel-died", "kernel-attached", "kernel-exited", "session-ended")
+        sync = event in ("kernel-died", "kernel-attached", "kernel-exited", "session-ended", "agent-ended")
         self._write(event, sync=sync, **data)
+
+    # -- what an agent loop reports
+    def agent_started(self, task: str, model: str, mode: str) -> None:
+        self.event("agent-started", task=task, model=model, mode=mode)
+        self.write_notebook()
+
+    def model_turn(self, turn: int, model: str, text: str, usage: dict[str, int], stop_reason: str | None) -> None:
+        """One API response: the model's text becomes a markdown cell; usage is summed in the metadata."""
+        self.event("model-turn", turn=turn, model=model, text=text, usage=usage, stop_reason=stop_reason)
+        self.write_notebook()
+
+    def agent_ended(self, reason: str, turns: int, detail: str | None = None) -> None:
+        self.event("agent-ended", reason=reason, turns=turns, detail=detail)
+        self.write_notebook()
 
     # -- rendering
     def notebook(self) -> Any:

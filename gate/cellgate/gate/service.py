@@ -33,6 +33,8 @@ from jupyter_client.session import Session
 
 from cellgate.kernel.wire import COMM_TARGET
 
+from .direct import DirectResult, serve_direct
+from .errors import SessionError
 from .gate import CallContext, Gate
 from cellgate.kernel.wire import MAX_REQUEST_BYTES
 
@@ -155,6 +157,17 @@ class GateService:
     def interrupt(self) -> None:
         """Send the kernel an interrupt_request on control (as the cell timeout does)."""
         self._call(self._interrupt())
+
+    def call_direct(self, tool: str, args: dict[str, Any]) -> concurrent.futures.Future[DirectResult]:
+        """A tool call the model makes on its own turn: gated and recorded as a ``direct`` cell."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(self._direct(tool, args), self.loop)
+
+    async def _direct(self, tool: str, args: dict[str, Any]) -> DirectResult:
+        if self._running() is not None:
+            raise SessionError(f"tool {tool!r} cannot be called directly while a cell is running; "
+                               "wait for the cell to end")
+        return await serve_direct(self.gate, self.recorder, tool, args)
 
     def expect_exit(self) -> None:
         """The frontend asked the kernel to shut down: its exit is not a death."""

@@ -19,11 +19,13 @@ from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
+from .direct import DirectResult
 from .errors import KernelDied, SessionError
 from .gate import CallRecord
 from .kernelspec import KERNEL_NAME, CellgateSpecManager
 from .provisioner import GVisorProvisioner
-from .recorder import CellRecord
+from .policy import Policy
+from .recorder import CellRecord, Recorder
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,38 @@ class Session:
     def sandbox_info(self) -> dict[str, Any]:
         assert self.provisioner.recorder is not None
         return dict(self.provisioner.recorder.metadata["sandbox"])
+
+    @property
+    def recorder(self) -> Recorder:
+        """The session's journal and notebook writer (an agent loop records its turns through it)."""
+        recorder = self.provisioner.recorder
+        assert recorder is not None
+        return recorder
+
+    @property
+    def manifest(self) -> list[dict[str, Any]]:
+        """The session's tools: name, description and JSON Schema of the parameters, in order."""
+        registry = self.provisioner.registry
+        assert registry is not None
+        return registry.manifest()
+
+    @property
+    def policy(self) -> Policy:
+        settings = self.provisioner.settings
+        assert settings is not None
+        return settings.policy
+
+    async def call_tool(self, tool: str, args: dict[str, Any]) -> DirectResult:
+        """Call a tool from the host, as a model's direct tool use: gated and recorded as a ``direct`` cell."""
+        service = self.provisioner.service
+        assert service is not None
+        return await asyncio.wrap_future(service.call_direct(tool, args))
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell (as Ctrl-C in a notebook does); it ends ``interrupted``."""
+        service = self.provisioner.service
+        assert service is not None
+        await asyncio.to_thread(service.interrupt)
 
     async def execute(self, code: str, timeout: float | None = None) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end."""

@@ -1,0 +1,75 @@
+"""``cellgate run "TASK"``: an agent on the Anthropic API, its code run by cellgate.
+
+Registered through the ``cellgate.commands`` entry point; the SDK is imported
+only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+EXIT = {"end_turn": 0, "interrupted": 130}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run an agent on the Anthropic API whose programs run in a cellgate session",
+                       description="The API key and endpoint come from ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL.")
+    p.add_argument("task", help="what the agent should do")
+    p.add_argument("--config", help="cellgate.toml (tools, policy, sandbox, [agent] defaults)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="FILE", help="Python files whose functions are tools")
+    p.add_argument("--model", help="model name (default: [agent] model)")
+    p.add_argument("--mode", choices=("code", "direct", "hybrid"), help="how tools are offered (default: code)")
+    p.add_argument("--max-turns", type=int, help="stop after this many model turns (default: [agent] max_turns)")
+    p.add_argument("--notebook", help="where to write the audit notebook")
+    p.add_argument("--isolation", choices=("gvisor", "none"), help=argparse.SUPPRESS)
+    p.add_argument("--verbose", "-v", action="store_true", help="print the system prompt's size in tokens")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))
+
+
+async def _main(args: argparse.Namespace) -> int:
+    import anthropic
+    from rich.console import Console
+    from rich.markup import escape
+
+    from cellgate.gate import ConfigError, Session
+
+    from .loop import AgentLoop
+
+    err = Console(stderr=True, highlight=False)
+    overrides = {k: v for k, v in (("model", args.model), ("mode", args.mode), ("max_turns", args.max_turns))
+                 if v is not None}
+    if args.max_turns is not None and args.max_turns < 1:
+        raise ConfigError(f"--max-turns {args.max_turns}: must be at least 1")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
+                       isolation=args.isolation) as session:
+        settings = session.provisioner.settings
+        assert settings is not None
+        agent_settings = settings.agent.model_copy(update=overrides)
+        client = anthropic.AsyncAnthropic()
+        with err.status("starting", spinner="dots") as status:
+            agent = AgentLoop(session, client, agent_settings,
+                              progress=lambda line: status.update(escape(line)))
+            if args.verbose:
+                err.print(f"system prompt and tools: {await agent.count_prompt_tokens(args.task):,} tokens "
+                          f"(by the API's count_tokens; {len(agent.tools)} tool definitions)")
+            run = await agent.run(args.task, stop)
+        notebook = session.notebook_path
+    if run.final_text:
+        sys.stdout.write(run.final_text.rstrip() + "\n")
+    usage = run.usage
+    err.print(f"ended: {run.ended} after {run.turns} turn(s)" + (f" ({escape(run.detail)})" if run.detail else "")
+              + f"; tokens in {usage.get('input_tokens', 0):,} out {usage.get('output_tokens', 0):,}; "
+              f"notebook {escape(str(notebook))}")
+    return EXIT.get(run.ended, 1)
