@@ -26,7 +26,8 @@ from cellgate.gate import Session
 from cellgate.gate.config import AgentSettings
 from cellgate.gate.journal import read_journal
 from cellgate.gate.recorder import journal_path
-from cellgate.gate.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
+from cellgate.gate.testing import (APIFailure, FakeMessagesAPI, estimate_tokens, normalize_notebook, reply, text,
+                                   tool_use)
 
 pytestmark = pytest.mark.gvisor
 
@@ -34,6 +35,7 @@ TOOLS = Path(__file__).parent / "tools"
 SAMPLE = TOOLS / "sample_tools.py"
 COUNTED = TOOLS / "counted.py"
 CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+GOLDEN = Path(__file__).parent / "snapshots" / "agent_code_mode.json"
 # A 1x1 PNG, for the image path.
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
 
@@ -109,6 +111,12 @@ def test_code_mode_runs_each_program_as_a_cell_and_records_the_turns(tmp_path: P
     assert [t["usage"]["input_tokens"] for t in agent["turns"]] == reported
     assert agent["usage"]["input_tokens"] == sum(reported) == run.usage["input_tokens"]
     assert nb.cells[1].metadata.cellgate["usage"]["input_tokens"] == reported[0]
+    # The whole notebook, run-specific values normalized, against the golden one (regenerate with
+    # CELLGATE_UPDATE_SNAPSHOTS=1 and review the diff).
+    normalized = json.dumps(normalize_notebook(nb), indent=1, sort_keys=True) + "\n"
+    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS"):
+        GOLDEN.write_text(normalized)
+    assert normalized == GOLDEN.read_text()
 
     assert cellgate("verify", str(notebook)).returncode == 0
     shown = cellgate("show", str(notebook), env={"COLUMNS": "200"})

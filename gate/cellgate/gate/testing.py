@@ -211,3 +211,24 @@ class FakeMessagesAPI:
 
 def _error(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# Values that differ between two runs of the same script: times, durations, random ids, hashes of them.
+VOLATILE_KEYS = frozenset({"started", "ended", "time", "duration_ms", "session_id", "journal", "id",
+                           "idempotency_key", "requested", "answered", "versions", "sandbox", "cellgate_version"})
+
+
+def normalize_notebook(nb: Any) -> dict[str, Any]:
+    """An audit notebook with run-specific values replaced, for golden comparisons of scripted runs."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ("<volatile>" if k in VOLATILE_KEYS else clean(v)) for k, v in sorted(value.items())}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    data = json.loads(json.dumps(nb))
+    return {"metadata": clean(data.get("metadata", {}).get("cellgate", {}).get("agent")),
+            "cells": [clean({"cell_type": c["cell_type"], "source": c["source"], "outputs": c.get("outputs"),
+                             "metadata": c.get("metadata", {})}) for c in data["cells"]]}
