@@ -121,15 +121,19 @@ def _add_policy(sub: Any) -> None:
 
         from .config import find_config, load_settings
         from .policy import decision_table
+        from .sources import close_sources, open_sources
         from .tools import ToolRegistry
 
         settings = load_settings(find_config(a.config))
         registry = ToolRegistry.from_paths(settings.tool_paths())
+        close_sources(open_sources(settings, registry))  # MCP servers are asked for their tools, then closed
+        source_defaults = {name: tool.default_decision for name in registry.names()
+                           if (tool := registry.get(name)) is not None and tool.default_decision}
         policy = settings.policy
         table = Table(title=f"effective policy of {a.config} (default: {policy.default})")
         for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
             table.add_column(column)
-        for row in decision_table(policy, registry.names()):
+        for row in decision_table(policy, registry.names(), source_defaults):
             table.add_row(*(escape(row[c]) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
         Console(highlight=False).print(table)
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",

@@ -7,13 +7,14 @@ are rejected with their location and what to do.
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .policy import Policy
@@ -57,6 +58,43 @@ class AgentSettings(_Strict):
     search_threshold: int = Field(30, ge=0, description="above this many tools, the prompt points at tools.search()")
 
 
+class McpServer(_Strict):
+    """``[mcp.servers.NAME]``: an MCP server whose tools become ``tools.NAME.*``.
+
+    Connected by the host only: its command, environment and headers (where
+    credentials go) never reach the sandbox.
+    """
+
+    command: str | None = Field(None, description="stdio: the program to start")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="added to a minimal environment")
+    cwd: str | None = None
+    url: str | None = Field(None, description="streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    headers: dict[str, str] = Field(default_factory=dict)
+    optional: bool = Field(False, description="if it fails to start: a warning and its tools absent")
+    start_timeout: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url is not None and not re.match(r"^https?://", self.url):
+            raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        return self
+
+
+class McpConfig(_Strict):
+    servers: dict[str, McpServer] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, servers: dict[str, McpServer]) -> dict[str, McpServer]:
+        for name in servers:
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", name) or keyword.iskeyword(name):
+                raise ValueError(f"server name {name!r} becomes tools.{name}: use letters, digits and _")
+        return servers
+
+
 class AuditConfig(_Strict):
     dir: str = "cellgate-runs"
 
@@ -66,6 +104,7 @@ class Settings(_Strict):
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
     agent: AgentSettings = AgentSettings()
+    mcp: McpConfig = McpConfig()
     policy: Policy = Policy()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)

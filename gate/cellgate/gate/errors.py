@@ -6,8 +6,9 @@
     ├── ConfigError(ValueError)        a cellgate.toml or tool module is malformed
     ├── SandboxUnavailable(RuntimeError)  gVisor (runsc) is missing or unusable: fail closed
     ├── SandboxError(RuntimeError)     the sandbox failed to start or misbehaved
-    └── SessionError(RuntimeError)     a session operation could not be done
-        └── KernelDied                 the sandboxed kernel died or was killed
+    ├── SessionError(RuntimeError)     a session operation could not be done
+    │   └── KernelDied                 the sandboxed kernel died or was killed
+    └── SourceUnavailable(RuntimeError)  a tool source (e.g. an MCP server) cannot serve a call
 
 Each carries a stable ``code`` so callers never parse messages.
 """
@@ -41,6 +42,12 @@ class KernelDied(SessionError):
     code: Literal["kernel-died"] = "kernel-died"
 
 
+class SourceUnavailable(CellgateError, RuntimeError):
+    """Raised by a tool's function when its source cannot serve the call: the cell gets ToolUnavailable."""
+
+    code: Literal["source-unavailable"] = "source-unavailable"
+
+
 __all__ = [
     "CellgateError",
     "ConfigError",
@@ -48,4 +55,5 @@ __all__ = [
     "SandboxError",
     "SessionError",
     "KernelDied",
+    "SourceUnavailable",
 ]

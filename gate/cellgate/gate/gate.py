@@ -35,6 +35,7 @@ import pydantic_core
 from cellgate.kernel.wire import ErrorKind
 
 from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
+from .errors import SourceUnavailable
 from .gate_text import redact, scrub
 from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
@@ -314,6 +315,8 @@ class Gate:
             # A thread cannot be killed: the tool may still finish, but its
             # result is discarded and the cell is told it timed out.
             raise CallFailed("timeout", f"tool {tool.name!r} did not finish within {self.call_timeout:g} s") from None
+        except SourceUnavailable as exc:
+            raise CallFailed("unavailable", f"tool {tool.name!r} is unavailable: {exc}") from None
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}") from None
 

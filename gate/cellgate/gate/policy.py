@@ -220,8 +220,9 @@ def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, 
     rows = []
     for tool in sorted(set(tools) | set(policy.tools)):
         entry = policy.for_tool(tool)
-        base = (entry.decision if entry and entry.decision else None) or (source_defaults or {}).get(tool) \
-            or policy.default
+        named = entry.decision if entry and entry.decision else None
+        from_source = (source_defaults or {}).get(tool)
+        base = named or (f"{from_source} (the tool's default)" if from_source else None) or policy.default
         rules = "; ".join(f"{r.name or f'rules[{i}]'}: {json.dumps(r.when, sort_keys=True)} -> {r.decision}"
                           for i, r in enumerate(entry.rules)) if entry else ""
         rows.append({

@@ -32,6 +32,7 @@ from .recorder import Recorder
 from .runsc import find as find_runsc
 from .sandbox import Sandbox, SandboxConfig, reap_leftovers
 from .service import CellTimeouts, GateService
+from .sources import ToolSource, close_sources, open_sources
 from .tools import ToolRegistry
 from .versions import versions
 
@@ -62,6 +63,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
     sandbox: Sandbox | None = None
     settings: Settings | None = None
     recorder: Recorder | None = None
+    sources: list[ToolSource] = []
     _options: dict[str, Any] | None = None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
@@ -89,6 +91,17 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
         self.registry = options.get("registry") or ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
+        self.sources = [] if options.get("registry") else open_sources(settings, self.registry)
+        try:
+            self._start_recording(options, settings, tool_paths)
+        except BaseException:
+            close_sources(self.sources)
+            self.sources = []
+            raise
+
+    def _start_recording(self, options: dict[str, Any], settings: Settings, tool_paths: list[Path]) -> None:
+        box = settings.sandbox
+        assert self.registry is not None
         self.tools_files = stubgen.generate(self.registry.manifest())
         session_id = options.get("session_id") or uuid.uuid4().hex
         notebook = options.get("notebook")
@@ -113,11 +126,17 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
                 "network": "none",
             },
             "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
-                      "sources": [str(p) for p in tool_paths]},
+                      "sources": [str(p) for p in tool_paths] + [
+                          f"mcp:{name} ({'stdio' if server.command else 'streamable HTTP'})"
+                          for name, server in settings.mcp.servers.items()]},
             "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
             **(options.get("metadata") or {}),
         }
         self.recorder = Recorder(notebook_path, metadata)
+        for source in self.sources:
+            source.report = self.recorder.event
+            for note in source.notes:
+                self.recorder.event("tool-source-note", **note)
         approver = load_approver(options.get("approver") or settings.policy.approver)
         make_gate = options.get("gate_factory") or Gate
         gate = make_gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
@@ -179,6 +198,9 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             self.service = None
             if self.recorder is not None:
                 self.recorder.close()
+        if not restart:
+            await asyncio.to_thread(close_sources, self.sources)
+            self.sources = []
         await super().cleanup(restart=restart)
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:

@@ -42,12 +42,17 @@ class Tool:
     default_decision: Literal["allow", "deny", "approve"] | None = None
     # A keyword-only `idempotency_key` parameter is filled by the gate, not by the caller.
     accepts_idempotency_key: bool = False
+    # JSON Schema of the result, when the source declares one (an MCP outputSchema): typed in the stubs.
+    returns: dict[str, Any] | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         # JSON object order is not kept by every writer (notebooks sort keys), so the
         # parameter order of the signature is stated explicitly.
         order = list((self.parameters.get("properties") or {}).keys())
-        return {"name": self.name, "description": self.description, "parameters": self.parameters, "order": order}
+        entry = {"name": self.name, "description": self.description, "parameters": self.parameters, "order": order}
+        if self.returns is not None:
+            entry["returns"] = self.returns
+        return entry
 
 
 def _strip_titles(schema: Any) -> Any:

@@ -8,7 +8,10 @@ completion work; ``tools.aio`` holds async twins; ``tools.search()`` and
 
 A manifest entry is ``{"name", "description", "parameters", "order"}``, where
 ``parameters`` is the JSON Schema (an object schema) of the tool's arguments
-and the optional ``order`` lists their names in signature order.
+and the optional ``order`` lists their names in signature order; an optional
+``returns`` (an object schema, e.g. an MCP tool's outputSchema) becomes a
+``TypedDict`` return type. A name ``ns.tool`` puts the tool in the subpackage
+``tools.ns`` (with its own ``aio`` twins), as MCP servers' tools are.
 Every string from the manifest reaches the source only through ``repr()``,
 and names must be plain identifiers, so a hostile tool description cannot
 inject code into the stubs.
@@ -109,23 +112,52 @@ def docstring(tool: dict[str, Any]) -> str:
     return text
 
 
+def result_type_name(tool: dict[str, Any]) -> str | None:
+    """The TypedDict a tool with a declared object result returns, e.g. ``LookupCustomerResult``."""
+    returns = tool.get("returns")
+    if not isinstance(returns, dict) or not isinstance(returns.get("properties"), dict):
+        return None
+    short = tool["name"].rpartition(".")[2]
+    return "".join(part[:1].upper() + part[1:] for part in short.split("_") if part) + "Result"
+
+
+def result_type(tool: dict[str, Any]) -> str:
+    """``X = _t.TypedDict('X', {...})``: the functional form takes any key, safely through repr()."""
+    name = result_type_name(tool)
+    returns = tool["returns"]
+    required = set(returns.get("required") or [])
+    fields = []
+    for key, prop in returns["properties"].items():
+        note = annotation(prop)
+        fields.append(f"{str(key)!r}: {note if key in required else f'_t.NotRequired[{note}]'}")
+    return f"{name} = _t.TypedDict({name!r}, {{{', '.join(fields)}}})\n"
+
+
 def _function(tool: dict[str, Any], asynchronous: bool) -> str:
     name = tool["name"]
+    short = name.rpartition(".")[2]
     params = _parameters(tool)
     call_args = "{" + ", ".join(f"{p[0]!r}: {p[0]}" for p in params) + "}"
+    returns = result_type_name(tool) or "_t.Any"
     if asynchronous:
         head, body = "async def", f"return await _runtime.acall({name!r}, {call_args})"
     else:
         head, body = "def", f"return _runtime.call({name!r}, {call_args})"
-    return f"{head} {name}{signature(tool)} -> _t.Any:\n    {docstring(tool)!r}\n    {body}\n"
+    return f"{head} {short}{signature(tool)} -> {returns}:\n    {docstring(tool)!r}\n    {body}\n"
 
 
 def validate_manifest(manifest: list[dict[str, Any]]) -> None:
     seen: set[str] = set()
+    top = {t["name"] for t in manifest if "." not in t["name"]}
     for tool in manifest:
         name = tool["name"]
-        check_identifier(name, "tool name")
-        if name in RESERVED:
+        namespace, _, short = name.rpartition(".")
+        if namespace:
+            check_identifier(namespace, "tool namespace")
+            if namespace in RESERVED or namespace in top:
+                raise ValueError(f"tool namespace {namespace!r} collides with a name in the tools module; rename it")
+        check_identifier(short, "tool name")
+        if short in RESERVED or (namespace and short == "aio"):
             raise ValueError(f"tool name {name!r} is reserved by the tools module; rename it")
         if name in seen:
             raise ValueError(f"tool name {name!r} appears twice; tool names must be unique")
@@ -133,12 +165,32 @@ def validate_manifest(manifest: list[dict[str, Any]]) -> None:
         _parameters(tool)
 
 
+def _module(tools: list[dict[str, Any]], header: str, doc: str, asynchronous: bool, extra_all: list[str]) -> str:
+    """One module of functions (and their result TypedDicts)."""
+    parts = [doc, header, "\n"]
+    typed = [t for t in tools if result_type_name(t)]
+    if typed and not asynchronous:
+        parts += [result_type(t) for t in typed] + ["\n"]
+    elif typed:
+        parts.append("from . import " + ", ".join(sorted({str(result_type_name(t)) for t in typed})) + "\n\n")
+    parts += [_function(t, asynchronous) + "\n" for t in tools]
+    names = [t["name"].rpartition(".")[2] for t in tools]
+    typed_names = [] if asynchronous else [str(result_type_name(t)) for t in typed]
+    parts.append(f"__all__ = {sorted(names + typed_names + extra_all)!r}\n")
+    return "".join(parts)
+
+
 def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
     """The files of the ``tools`` package: {relative path: source}."""
     validate_manifest(manifest)
-    tools = sorted(manifest, key=lambda t: t["name"])
+    tools = sorted((t for t in manifest if "." not in t["name"]), key=lambda t: t["name"])
     names = [t["name"] for t in tools]
-    manifest_json = json.dumps(tools, sort_keys=True, separators=(",", ":"))
+    everything = sorted(manifest, key=lambda t: t["name"])
+    namespaces: dict[str, list[dict[str, Any]]] = {}
+    for tool in everything:
+        if "." in tool["name"]:
+            namespaces.setdefault(tool["name"].partition(".")[0], []).append(tool)
+    manifest_json = json.dumps(everything, sort_keys=True, separators=(",", ":"))
     header = (
         "# Generated by cellgate from the session's tool manifest; do not edit.\n"
         "import typing as _t\n\n"
@@ -155,8 +207,9 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"
-        f"_SIGNATURES = {dict((t['name'], signature(t).replace('_t.', '')) for t in tools)!r}\n\n",
+        f"_SIGNATURES = {dict((t['name'], signature(t).replace('_t.', '')) for t in everything)!r}\n\n",
     ]
+    init += [result_type(t) for t in tools if result_type_name(t)]
     init += [_function(t, asynchronous=False) + "\n" for t in tools]
     init.append(
         "def search(query: str = '') -> list[str]:\n"
@@ -165,10 +218,21 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "def describe(name: str) -> str:\n"
         "    'The signature and full description of the tool called name.'\n"
         "    return _runtime.describe(_MANIFEST, _SIGNATURES, name)\n\n"
-        "from . import aio  # noqa: E402\n\n"
-        f"__all__ = {sorted(names + ['search', 'describe', 'aio'])!r}\n"
+        "from . import aio  # noqa: E402\n"
+        + "".join(f"from . import {ns}  # noqa: E402\n" for ns in namespaces)
+        + "\n"
+        f"__all__ = {sorted(names + [str(result_type_name(t)) for t in tools if result_type_name(t)] + ['search', 'describe', 'aio'] + list(namespaces))!r}\n"
     )
     aio = ['"""Async twins of the session\'s tools, for asyncio.gather."""\n', header, "\n"]
+    typed = sorted({str(result_type_name(t)) for t in tools if result_type_name(t)})
+    if typed:
+        aio.append(f"from . import {', '.join(typed)}\n\n")
     aio += [_function(t, asynchronous=True) + "\n" for t in tools]
     aio.append(f"__all__ = {names!r}\n")
-    return {"tools/__init__.py": "".join(init), "tools/aio.py": "".join(aio)}
+    files = {"tools/__init__.py": "".join(init), "tools/aio.py": "".join(aio)}
+    for ns, members in namespaces.items():
+        doc = f'"""Tools of {ns} (an MCP server or other source), called through the host gate."""\n'
+        files[f"tools/{ns}/__init__.py"] = _module(members, header, doc, False, ["aio"]).replace(
+            "\n__all__", "\nfrom . import aio  # noqa: E402\n\n__all__", 1)
+        files[f"tools/{ns}/aio.py"] = _module(members, header, f'"""Async twins of tools.{ns}."""\n', True, [])
+    return files

@@ -1,0 +1,41 @@
+"""``cellgate mcp serve``, registered through the ``cellgate.commands`` entry point."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("mcp", help="cellgate as an MCP server")
+    actions = p.add_subparsers(dest="action", required=True)
+    serve = actions.add_parser("serve", help="serve execute_python, search_tools and describe_tool over MCP")
+    serve.add_argument("--config", help="cellgate.toml (tools, MCP servers behind it, policy, sandbox)")
+    serve.add_argument("--tools", nargs="+", default=[], metavar="FILE", help="Python files whose functions are tools")
+    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="http: the port (the endpoint is /mcp)")
+    serve.add_argument("--max-sessions", type=int, default=8, help="sandboxed sessions at once")
+    serve.add_argument("--idle-timeout", type=float, default=1800, help="seconds before an unused session ends")
+    serve.add_argument("--isolation", choices=("gvisor", "none"), help=argparse.SUPPRESS)
+    serve.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cellgate.gate import ConfigError
+    from cellgate.gate.config import find_config, load_settings
+
+    from .serve import build_server
+
+    if args.max_sessions < 1 or args.idle_timeout <= 0:
+        raise ConfigError("--max-sessions must be at least 1 and --idle-timeout above 0")
+    config = find_config(args.config)
+    settings = load_settings(config)
+    options = {"config": str(config) if config else None, "tools": args.tools, "isolation": args.isolation}
+    server = build_server(settings, options, single_client=args.transport == "stdio",
+                          max_sessions=args.max_sessions, idle_timeout=args.idle_timeout)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0
