@@ -16,7 +16,7 @@ import json
 import os
 from typing import TypedDict
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
@@ -79,6 +79,12 @@ def crash() -> str:
 def token_seen() -> str:
     """Whether the server got its credential ($CRM_TOKEN) from the host's configuration."""
     return "yes" if os.environ.get("CRM_TOKEN") else "no"
+
+
+@server.tool()
+def authorized(ctx: Context) -> str:
+    """Whether the request carried the Authorization header the host configured (HTTP only)."""
+    return "yes" if (ctx.headers or {}).get("authorization") == os.environ.get("CRM_EXPECTED_AUTH") else "no"
 
 
 if __name__ == "__main__":

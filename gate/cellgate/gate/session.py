@@ -106,6 +106,8 @@ class Session:
 
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> Session:
+        if self.km is not None:
+            raise SessionError("this session is already started; use a new Session for another sandbox")
         self.km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=CellgateSpecManager())
         kwargs: dict[str, Any] = {"cellgate": self._options}
         if self._cwd:

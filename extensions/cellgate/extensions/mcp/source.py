@@ -260,6 +260,8 @@ class McpToolSource(ToolSource):
 
     def close(self) -> None:
         if not self._thread.is_alive():
+            if not self._loop.is_closed() and not self._loop.is_running():
+                self._loop.close()
             return
         for connection in self.connections.values():
             try:
@@ -269,3 +271,5 @@ class McpToolSource(ToolSource):
         self.connections.clear()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
