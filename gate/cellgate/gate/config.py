@@ -44,6 +44,16 @@ class SandboxSettings(_Strict):
     call_timeout: float = Field(30.0, gt=0)
     start_timeout: float = Field(60.0, gt=0)
     output_limit_kb: int = Field(8192, ge=16, description="recorded output per cell; head and tail are kept")
+    restricted: bool = Field(False, description="also run cells under RestrictedPython (defense in depth)")
+    allowed_imports: list[str] = Field(default_factory=list, description="restricted mode: modules beyond the default set")
+
+    @field_validator("allowed_imports")
+    @classmethod
+    def _modules(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$", name):
+                raise ValueError(f"{name!r} is not a module name (no leading underscores)")
+        return names
 
 
 class AgentSettings(_Strict):

@@ -8,6 +8,7 @@ configuration.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Final
@@ -42,6 +43,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "TMPDIR",
         "CELLGATE_RLIMIT_AS",
         "CELLGATE_REPLY_WAIT",
+        "CELLGATE_RESTRICTED",
         "MALLOC_ARENA_MAX",
     }
 )
@@ -131,8 +133,12 @@ def mounts(layout: Layout, limits: Limits) -> list[dict[str, Any]]:
     return result
 
 
-def environment(python_path: list[str], limits: Limits, reply_wait: float) -> list[str]:
-    """The sandbox's whole environment: an allowlist, never the host's."""
+def environment(python_path: list[str], limits: Limits, reply_wait: float,
+                restricted: tuple[str, ...] | None = None) -> list[str]:
+    """The sandbox's whole environment: an allowlist, never the host's.
+
+    ``restricted``: restricted mode's extra allowed imports (None: restricted mode off).
+    """
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": WORKSPACE,
@@ -151,6 +157,8 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float) -> li
         # RLIMIT_AS cap that would leave room for only a few dozen threads.
         "MALLOC_ARENA_MAX": "2",
     }
+    if restricted is not None:
+        env["CELLGATE_RESTRICTED"] = json.dumps(sorted(restricted))
     assert set(env) <= ENV_ALLOWLIST
     return [f"{k}={v}" for k, v in sorted(env.items())]
 

@@ -124,6 +124,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
                            "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
                            "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout},
                 "network": "none",
+                "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
             },
             "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
                       "sources": [str(p) for p in tool_paths] + [
@@ -144,7 +145,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         self.service = GateService(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
-            output_limit=box.output_limit_kb << 10,
+            output_limit=box.output_limit_kb << 10, restricted=box.restricted,
         )
         self.service.start()
 
@@ -155,6 +156,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         config = SandboxConfig(
             isolation=box.isolation, runsc=self.runsc, limits=self.limits,
             reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
+            restricted=tuple(box.allowed_imports) if box.restricted else None,
         )
         key = self.connection_info["key"]
         key = key.decode() if isinstance(key, bytes) else key

@@ -118,6 +118,7 @@ class SandboxConfig:
     limits: oci.Limits
     reply_wait: float
     workspace: str | None = None
+    restricted: tuple[str, ...] | None = None  # restricted mode's extra imports; None: off
 
 
 class Sandbox:
@@ -189,7 +190,8 @@ class Sandbox:
                 conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=python_dirs(),
                 workspace=self.config.workspace,
             )
-            env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait)
+            env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
+                                  self.config.restricted)
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id)
             self.path("bundle", "config.json").write_text(json.dumps(spec, indent=1))
             assert self.config.runsc is not None
@@ -207,7 +209,8 @@ class Sandbox:
             env: dict[str, str] = {}  # runsc gets no environment at all, the host's least of all
             cwd = str(self.root)
         else:
-            env = dict(oci.parse_env(oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait)))
+            env = dict(oci.parse_env(oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
+                                  self.config.restricted)))
             env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))

@@ -31,6 +31,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
+from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET
 
 from .direct import DirectResult, serve_direct
@@ -104,8 +105,10 @@ class GateService:
         recorder: Recorder,
         timeouts: CellTimeouts,
         output_limit: int = 8 << 20,
+        restricted: bool = False,
     ) -> None:
         self.output_limit = output_limit
+        self.restricted = restricted
         self.front_info = front
         self.gate = gate
         self.recorder = recorder
@@ -303,8 +306,8 @@ class GateService:
         src, dst = self._front[channel], self._back[channel]
         while True:
             frames = await src.recv_multipart()
-            if channel == "shell":
-                self._tap_request(frames)
+            if channel == "shell" and not self._tap_request(frames):
+                continue  # answered by the host (a program restricted mode refused)
             await dst.send_multipart(frames)
 
     async def _pump_to_front(self, channel: str) -> None:
@@ -358,17 +361,18 @@ class GateService:
             self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
             return None
 
-    def _tap_request(self, frames: list[bytes]) -> None:
+    def _tap_request(self, frames: list[bytes]) -> bool:
+        """Record an execute_request; False when the host answers it instead of the kernel."""
         parsed = self._parse(self._front_session, frames, "shell-request")
         if parsed is None:
-            return
+            return True
         idents, msg = parsed
         if msg["header"].get("msg_type") != "execute_request":
-            return
+            return True
         content = msg["content"]
         code = content.get("code")
         if not isinstance(code, str):
-            return
+            return True
         msg_id = msg["header"]["msg_id"]
         with self._results_lock:  # a client may reuse a msg_id after a restart
             stale = self._results.get(msg_id)
@@ -378,11 +382,30 @@ class GateService:
             record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")))
         except JournalError as exc:
             self.protocol_event("gate-error", error=str(exc)[:300])
-            return
+            return True
+        if self.restricted:
+            problems = restricted.check(code)  # compile only: nothing of the program runs on the host
+            if problems:
+                self._reject(record, msg["header"], list(idents), problems)
+                return False
         self._queue.append(_Pending(record=record, header=msg["header"], idents=list(idents),
                                     allow_stdin=content.get("allow_stdin") is True))
         if len(self._queue) == 1:
             self._start_head()
+        return True
+
+    def _reject(self, record: CellRecord, header: dict[str, Any], idents: list[bytes], problems: list[str]) -> None:
+        """Restricted mode refused the program: record it as `rejected` and answer the frontend; the kernel never sees it."""
+        evalue = ("restricted mode refused this program before it ran: " + "; ".join(problems))[:4000]
+        error = {"ename": "RestrictedCompileError", "evalue": evalue, "traceback": [f"RestrictedCompileError: {evalue}"]}
+        try:
+            self.recorder.cell_started(record)
+            self.recorder.output(record, {"output_type": "error", **error})
+            self.recorder.cell_ended(record, "rejected", ["restricted"], {"ename": error["ename"], "evalue": evalue})
+        except Exception as exc:
+            self.recorder_failure(exc)
+        self.result_future(record.msg_id).set_result(record)
+        self._spawn(self._answer_frontend(header, idents, {**error, "execution_count": None}))
 
     def _running(self) -> _Pending | None:
         return self._queue[0] if self._queue else None
@@ -656,18 +679,23 @@ class GateService:
         """A killed kernel never replies: answer the frontend ourselves so it does not hang."""
         evalue = (f"the sandboxed kernel was stopped ({reason}); its variables are gone. "
                   "Restart the kernel to continue.")
-        error = {"status": "error", "ename": "CellKilled", "evalue": evalue, "traceback": [f"CellKilled: {evalue}"],
-                 "execution_count": pending.record.execution_count}
+        await self._answer_frontend(pending.header, pending.idents, {
+            "ename": "CellKilled", "evalue": evalue, "traceback": [f"CellKilled: {evalue}"],
+            "execution_count": pending.record.execution_count})
+
+    async def _answer_frontend(self, header: dict[str, Any], idents: list[bytes], error: dict[str, Any]) -> None:
+        """The error output, idle status and execute_reply a kernel would have sent for a failed cell."""
+        error = {"status": "error", **error}
         session = self._front_session
         iopub = self._front.get("iopub")
         if iopub is None or iopub.closed:
             return
         for msg_type, content in (("error", {k: error[k] for k in ("ename", "evalue", "traceback")}),
                                   ("status", {"execution_state": "idle"})):
-            msg = session.msg(msg_type, content, parent=pending.header)
+            msg = session.msg(msg_type, content, parent=header)
             await iopub.send_multipart([f"kernel.{msg_type}".encode(), *session.serialize(msg)])
-        reply = session.msg("execute_reply", error, parent=pending.header)
-        await self._front["shell"].send_multipart(session.serialize(reply, ident=pending.idents))
+        reply = session.msg("execute_reply", error, parent=header)
+        await self._front["shell"].send_multipart(session.serialize(reply, ident=idents))
 
     def _finish_head(self, forced_status: str | None = None) -> None:
         pending = self._queue.popleft()

@@ -4,15 +4,20 @@ Two additions to ``IPythonKernel``:
 
 - gate replies arrive as ``comm_msg`` on the **control** channel (the shell
   channel is blocked while a cell runs) and go straight to the tools runtime;
-- the generated ``tools`` package is imported into the user namespace.
+- the generated ``tools`` package is imported into the user namespace;
+- in restricted mode (``CELLGATE_RESTRICTED``), cells run under
+  RestrictedPython's guards instead of IPython (see ``restricted``).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import resource
+import sys
 import threading
+import traceback
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
@@ -55,6 +60,37 @@ class CellgateKernel(IPythonKernel):
         runtime.install(self.gate_client)
         self.control_handlers["comm_msg"] = self._gate_reply
         self._preload_tools()
+        self.restricted = self._restricted_runner()
+
+    def _restricted_runner(self) -> Any:
+        setting = os.environ.get("CELLGATE_RESTRICTED")
+        if setting is None:
+            return None
+        from .restricted import RestrictedRunner
+
+        preload = {"tools": self.shell.user_ns["tools"]} if self.shell and "tools" in self.shell.user_ns else {}
+        return RestrictedRunner(frozenset(json.loads(setting)), preload)
+
+    async def do_execute(self, code: str, silent: bool, store_history: bool = True,  # type: ignore[override]
+                         user_expressions: Any = None, allow_stdin: bool = False, *, cell_meta: Any = None,
+                         cell_id: Any = None) -> dict[str, Any]:
+        if self.restricted is None:
+            return await super().do_execute(code, silent, store_history, user_expressions, allow_stdin,
+                                            cell_meta=cell_meta, cell_id=cell_id)
+        assert self.shell is not None
+        count = self.shell.execution_count
+        if store_history:
+            self.shell.execution_count += 1
+        try:
+            self.restricted.run(code)
+        except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like IPython reports one
+            error = {"ename": type(exc).__name__, "evalue": str(exc), "traceback": _cell_traceback(exc)}
+            self.send_response(self.iopub_socket, "error", error)
+            return {"status": "error", "execution_count": count, **error}
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
 
     def _preload_tools(self) -> None:
         if self.shell is None:
@@ -71,3 +107,11 @@ class CellgateKernel(IPythonKernel):
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"))
+
+
+def _cell_traceback(exc: BaseException) -> list[str]:
+    """The traceback lines of the cell's own frames (and the tools it called), not the runner's."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("restricted.py")
+              and "/kernel/kernel.py" not in f.filename]
+    lines = traceback.format_list(frames) if frames else []
+    return ["Traceback (most recent call last):\n" + "".join(lines)] + traceback.format_exception_only(exc)

@@ -23,7 +23,7 @@ import anthropic
 from cellgate.gate import Session
 from cellgate.gate.config import AgentSettings
 
-from .prompt import EXECUTE_PYTHON, direct_definitions, split_tools, system_prompt
+from .prompt import EXECUTE_PYTHON, api_name, direct_definitions, split_tools, system_prompt
 from .view import cell_view, trim
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class AgentLoop:
         self.progress = progress or (lambda _: None)
         exposure = {entry["name"]: session.policy.exposure(entry["name"]) for entry in session.manifest}
         code_tools, direct_tools = split_tools(session.manifest, exposure, settings.mode)
-        self.direct_names = {entry["name"] for entry in direct_tools}
+        self.direct_names = {api_name(entry["name"]): entry["name"] for entry in direct_tools}
         self.system = system_prompt(code_tools, direct_tools, settings.search_threshold)
         self.tools = ([] if settings.mode == "direct" else [EXECUTE_PYTHON]) + direct_definitions(direct_tools)
         self._cells = 0
@@ -168,7 +168,7 @@ class AgentLoop:
     async def _call_direct(self, use: Any) -> dict[str, Any]:
         args = use.input if isinstance(use.input, dict) else {}
         self.progress(f"calling {use.name}")
-        outcome = await self.session.call_tool(use.name, args)
+        outcome = await self.session.call_tool(self.direct_names[use.name], args)
         if not outcome.ok:
             assert outcome.error is not None
             return _result(use.id, f"{outcome.error_name}: {outcome.error['message']}", error=True)

@@ -53,15 +53,20 @@ def system_prompt(code_tools: list[dict[str, Any]], direct_tools: list[dict[str,
         else:
             parts.append("No tools are configured; `tools` is empty.")
     if direct_tools:
-        names = ", ".join(entry["name"] for entry in direct_tools)
+        names = ", ".join(api_name(entry["name"]) for entry in direct_tools)
         parts.append(f"These tools are not in `tools`: call them yourself, as tools of your own turn: {names}. "
                      "Each call is checked by the same gate.")
     return "\n\n".join(parts)
 
 
+def api_name(name: str) -> str:
+    """A tool name as the Messages API allows it (``^[a-zA-Z0-9_-]{1,64}$``): ``crm.create_task`` -> ``crm__create_task``."""
+    return name.replace(".", "__")
+
+
 def direct_definitions(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Tools offered to the model as ordinary Anthropic tools."""
-    return [{"name": entry["name"], "description": entry.get("description") or entry["name"],
+    return [{"name": api_name(entry["name"]), "description": entry.get("description") or entry["name"],
              "input_schema": entry["parameters"]} for entry in tools]
 
 
