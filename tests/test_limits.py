@@ -67,3 +67,21 @@ def test_kernel_death_mid_cell_keeps_partial_output_and_is_its_own_status(sessio
     assert cell.metadata.cellgate.status == "kernel-died" and cell.outputs[0]["text"].startswith("partial")
     box.restart()
     assert box.execute("print('back')").stdout == "back\n"
+
+
+def test_the_cgroup_backstop_is_reported_as_memory_and_the_session_restarts_itself(session_factory) -> None:
+    box = session_factory(memory_mb=512, cell_timeout=60.0)
+    assert box.execute("orders = [1, 2, 3]\ntotal = 6").ok
+    # Forked copies of the kernel are each under its address-space cap; together they pass the sandbox's
+    # memory limit, and the host's cgroup OOM-kills the sandbox.
+    hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    result = box.execute(hog)
+    assert result.status == "memory" and result.limits_hit == ["memory"]
+    assert result.error["ename"] == "SandboxMemoryLimit" and "512 MB memory limit" in result.error["evalue"]
+    assert not box.session.dead  # restarted by the session, no call needed
+    assert box.execute("print('fresh', 'orders' in globals())").stdout == "fresh False\n"
+    cells = notebook_cells(box)
+    note = next(c for c in cells if c["metadata"].get("cellgate", {}).get("kind") == "kernel-restarted")
+    assert note["source"] == ("**The kernel was restarted after the sandbox reached its memory limit.** "
+                              "These variables are gone: `orders`, `total`.")
+    assert note["metadata"]["cellgate"]["variables_gone"] == ["orders", "total"]

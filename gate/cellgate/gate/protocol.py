@@ -88,6 +88,7 @@ class CallRequest:
     tool: str
     args: dict[str, Any]
     line: int | None = None  # the cell line the kernel says issued the call (a claim, for provenance)
+    cell: str | None = None  # the msg_id of the cell the kernel says started the calling code (a claim)
 
 
 def parse_call(data: Any, size: int) -> CallRequest:
@@ -98,7 +99,7 @@ def parse_call(data: Any, size: int) -> CallRequest:
         raise ProtocolError(f"request must be a JSON object, got {type(data).__name__}")
     if data.get("op") != OP_CALL:
         raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the only op is {OP_CALL!r}")
-    unknown = set(data) - {"op", "id", "tool", "args", "line"}
+    unknown = set(data) - {"op", "id", "tool", "args", "line", "cell"}
     if unknown:
         raise ProtocolError(f"unknown request fields {sorted(unknown)[:8]}")
     call_id, tool, args = data.get("id"), data.get("tool"), data.get("args")
@@ -115,4 +116,7 @@ def parse_call(data: Any, size: int) -> CallRequest:
     line = data.get("line")
     if line is not None and (not isinstance(line, int) or isinstance(line, bool) or not 0 < line < 1_000_000):
         raise ProtocolError(f"line {str(line)[:20]!r} must be a positive integer")
-    return CallRequest(id=call_id, tool=tool, args=args, line=line)
+    cell = data.get("cell")
+    if cell is not None and (not isinstance(cell, str) or not 0 < len(cell) <= 128):
+        raise ProtocolError(f"cell {str(cell)[:20]!r} must be a message id of at most 128 characters")
+    return CallRequest(id=call_id, tool=tool, args=args, line=line, cell=cell)

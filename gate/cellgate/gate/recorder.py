@@ -59,6 +59,7 @@ class CellRecord:
     version: int = 0  # bumped on every change, so a rendered cell can be cached
     serial: int = 0  # position in the run; msg_ids can repeat after a kernel restart
     kind: CellKind = "code"
+    late_outputs: list[Any] = field(default_factory=list)  # from work the cell started, after it ended
     extra: dict[str, Any] = field(default_factory=dict)  # markdown cells: the turn, model and usage
 
     def add_output(self, output: dict[str, Any]) -> None:
@@ -97,7 +98,22 @@ class CellRecord:
             cell.metadata["cellgate"]["silent"] = True
         if self.kind == "direct":
             cell.metadata["cellgate"]["kind"] = "direct"
+        if self.late_outputs:  # never merged into the outputs: flagged as what the cell's work printed after it
+            cell.metadata["cellgate"]["late_outputs"] = [dict(o) for o in self.late_outputs]
         return cell
+
+
+def restart_note(record: dict[str, Any]) -> str:
+    """What a reader of the notebook is told when the kernel was restarted under the session."""
+    gone = record.get("variables_gone")
+    why = {"memory": "after the sandbox reached its memory limit"}.get(str(record.get("reason")), "")
+    if gone is None:
+        lost = "Every variable is gone (the names were not known)."
+    elif gone:
+        lost = "These variables are gone: " + ", ".join(f"`{name}`" for name in gone) + "."
+    else:
+        lost = "No variables were defined."
+    return f"**The kernel was restarted {why}.** {lost}".replace(" .", ".")
 
 
 def output_dict(msg: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +175,10 @@ class Reducer:
             return None
         if event in ("agent-started", "model-turn", "agent-ended"):
             return self._agent_event(event, record)
+        if event == "kernel-restarted":
+            return self._new_cell(f"restart-{record['seq']}", restart_note(record), record["time"], kind="markdown",
+                                  status="ok", extra={"kind": "kernel-restarted", "reason": record.get("reason"),
+                                                      "variables_gone": record.get("variables_gone")})
         if event == "cell-sent":
             return self._new_cell(record["msg_id"], record["source"], record["time"],
                                   silent=bool(record.get("silent")), kind=record.get("kind", "code"))
@@ -184,6 +204,8 @@ class Reducer:
             cell.limits_hit = list(record.get("limits_hit") or [])
             cell.error = record.get("error")
             cell.journal = {"seq": record["seq"], "hash": record["hash"]}
+        elif event == "late-output":
+            cell.late_outputs.append(nbformat.from_dict(record["output"]))
         elif event == "cell-aborted":
             self.cells.remove(cell)
         return cell
@@ -348,6 +370,15 @@ class Recorder:
     def cell_ended(self, cell: CellRecord, status: str, limits_hit: list[str], error: dict[str, str] | None) -> None:
         self._write("cell-ended", sync=True, msg_id=cell.msg_id, status=status, limits_hit=limits_hit,
                     error=error, execution_count=cell.execution_count)
+        self.write_notebook()
+
+    def kernel_restarted(self, reason: str, variables_gone: list[str] | None) -> None:
+        self._write("kernel-restarted", sync=True, reason=reason, variables_gone=variables_gone)
+        self.write_notebook()
+
+    def late_output(self, cell: CellRecord, output: dict[str, Any]) -> None:
+        """Output that work a cell started printed after the cell ended; the notebook is rewritten."""
+        self._write("late-output", msg_id=cell.msg_id, output=output)
         self.write_notebook()
 
     def cell_aborted(self, cell: CellRecord) -> None:

@@ -32,15 +32,15 @@ import zmq.asyncio
 from jupyter_client.session import Session
 
 from cellgate.kernel import restricted
-from cellgate.kernel.wire import COMM_TARGET
+from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
-from cellgate.kernel.wire import MAX_REQUEST_BYTES
 
 from .protocol import ProtocolError, parse_call, strict_loads
 from .journal import JournalError
+from .oom import OomWatch
 from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
@@ -51,6 +51,7 @@ MAX_HEADER_BYTES = 16 << 10
 MAX_METADATA_BYTES = 64 << 10
 # Journal entries about hostile input, per kind, before they are only counted.
 PROTOCOL_EVENTS_PER_KIND = 50
+LATE_OUTPUT_BYTES = 64 << 10  # per ended cell
 ROUTED = ("shell", "control", "stdin", "hb")
 IOPUB_TYPES = frozenset({
     "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
@@ -132,6 +133,8 @@ class GateService:
         self._killed_by_host: Sandbox | None = None
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self._outbox: dict[str, list[dict[str, Any]]] = {}
+        self._late_bytes: dict[str, int] = {}
+        self._oom: OomWatch | None = None
         self._flush_scheduled = False
 
     # ------------------------------------------------------------ thread API
@@ -273,6 +276,11 @@ class GateService:
         self._spawn(self._pump_iopub(), back=True)
         self._spawn(self._drain(control), back=True)
         self._spawn(self._watch_process(sandbox), back=True)
+        if self._oom is not None:
+            self._oom.close()
+        self._oom = OomWatch(sandbox.id, lambda: self.recorder.event("memory-limit-hit", sandbox=sandbox.id))
+        if sandbox.config.isolation == "gvisor" and not self._oom.start(self.loop):
+            self.recorder.event("memory-accounting-unavailable", note="an OOM kill will be reported as kernel-died")
         self.recorder.event("kernel-attached", sandbox=sandbox.describe())
         if self._queue:
             self._start_head()
@@ -294,6 +302,8 @@ class GateService:
             self.recorder.event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
             await self._detach("session-ended")
+        if self._oom is not None:
+            self._oom.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -381,8 +391,15 @@ class GateService:
         try:
             record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")))
         except JournalError as exc:
-            self.protocol_event("gate-error", error=str(exc)[:300])
-            return True
+            # A cell that cannot be recorded is not run: answer it here, never forward it.
+            evalue = f"{exc}; cellgate does not run a cell it cannot record: the operator must fix the audit storage"
+            future = self.result_future(msg_id)  # the caller may not be waiting yet: it finds this one
+            if not future.done():
+                future.set_exception(SessionError(evalue))
+            self._spawn(self._answer_frontend(msg["header"], list(idents), {
+                "ename": "AuditUnavailable", "evalue": evalue, "traceback": [f"AuditUnavailable: {evalue}"],
+                "execution_count": None}))
+            return False
         if self.restricted:
             problems = restricted.check(code)  # compile only: nothing of the program runs on the host
             if problems:
@@ -490,6 +507,8 @@ class GateService:
         head = self._running()
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
+            if msg_type in ("stream", "display_data", "execute_result", "error"):
+                self._late_output(str(parent_id), output_dict(msg))
             return True
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -503,6 +522,20 @@ class GateService:
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
             self._capture(head, output_dict(msg))
         return True
+
+    def _late_output(self, parent_id: str, output: dict[str, Any]) -> None:
+        """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""
+        cell = self.recorder.reducer.by_id.get(parent_id)
+        if cell is None or cell.status is None:
+            return
+        size = len(json.dumps(output, ensure_ascii=False))
+        spent = self._late_bytes.get(parent_id, 0)
+        self._late_bytes[parent_id] = spent + size
+        if spent + size <= LATE_OUTPUT_BYTES:
+            self.recorder.late_output(cell, output)
+        elif spent <= LATE_OUTPUT_BYTES:
+            self.recorder.late_output(cell, {"output_type": "stream", "name": "stderr", "text":
+                                             f"[late output over {LATE_OUTPUT_BYTES} bytes: the rest was dropped]\n"})
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
@@ -575,6 +608,14 @@ class GateService:
                 "kind": "no_cell",
                 "message": f"tool {request.tool!r} was called while no cell of this session is running; "
                            "tools can only be called from a running cell"}}))
+            return
+        if request.cell is not None and request.cell != head.record.msg_id:
+            self.protocol_event("call-rejected", reason="late: from work an earlier cell started", tool=request.tool,
+                                id=request.id, cell=request.cell[:128])
+            self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
+                "kind": "no_cell",
+                "message": f"tool {request.tool!r} was called by work an earlier cell started (a thread that "
+                           "outlived its cell); work that outlives its cell cannot act through the gate"}}))
             return
         seq = self.gate.next_seq()
         cell = head.record
@@ -662,6 +703,15 @@ class GateService:
         if self._killed_by_host is sandbox:
             self.recorder.event("kernel-killed", exit_code=code)
             self._fail_queue("killed", "killed-by-host")
+            return
+        if self._oom is not None and self._oom.hit:
+            self.recorder.event("kernel-died", exit_code=code, cause="memory")
+            head = self._running()
+            if head is not None:
+                head.error = {"ename": "SandboxMemoryLimit", "evalue": (
+                    f"the sandbox reached its {sandbox.config.limits.memory_bytes >> 20} MB memory limit "
+                    "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
+            self._fail_queue("memory", "memory")
             return
         self.recorder.event("kernel-died", exit_code=code)
         self._fail_queue("kernel-died", "kernel-died")

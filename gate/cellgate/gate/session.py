@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,26 @@ from .kernelspec import KERNEL_NAME, CellgateSpecManager
 from .provisioner import GVisorProvisioner
 from .policy import Policy
 from .recorder import CellRecord, Recorder
+
+
+# Evaluated by the kernel after each cell (a Jupyter user_expression), so that after a
+# restart the notebook can say which variables were lost. Kernel output: never trusted
+# beyond being a list of identifiers.
+NAMES = "cellgate_names"
+NAMES_EXPRESSION = ("' '.join(sorted(n for n in globals() if n.isidentifier() and not n.startswith('_') "
+                    "and n not in get_ipython().user_ns_hidden))")
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,99}$")
+
+
+def variable_names(reply_content: dict[str, Any]) -> list[str] | None:
+    """The names a reply's user_expression listed (at most 200 identifiers), or None."""
+    found = (reply_content.get("user_expressions") or {}).get(NAMES) if isinstance(reply_content, dict) else None
+    if not isinstance(found, dict) or found.get("status") != "ok":
+        return None
+    text = (found.get("data") or {}).get("text/plain")
+    if not isinstance(text, str) or len(text) > 20_000 or len(text) < 2 or text[0] not in "'\"":
+        return None
+    return [name for name in text[1:-1].split() if _IDENTIFIER.match(name)][:200]
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,7 @@ class Session:
         }
         self._cwd = str(cwd) if cwd else None
         self.km: AsyncKernelManager | None = None
+        self._names: list[str] | None = None  # the user's variables after the last cell, if the kernel said
         self._client: Any = None
         self.dead = False
 
@@ -220,7 +242,7 @@ class Session:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         service = self.provisioner.service
         assert service is not None and self._client is not None
-        msg_id = self._client.execute(code, allow_stdin=False)
+        msg_id = self._client.execute(code, allow_stdin=False, user_expressions={NAMES: NAMES_EXPRESSION})
         future = service.result_future(msg_id)
         settings = self.provisioner.settings
         assert settings is not None
@@ -231,14 +253,21 @@ class Session:
             service.forget_result(msg_id)
         await self._drain_replies()
         result = CellResult.from_record(record)
-        if result.status == "killed":
+        if result.status in ("killed", "kernel-died", "memory"):
             self.dead = True
+        if result.status == "memory":  # the cgroup backstop: restart at once, and say what was lost
+            await self.restart()
+            self.recorder.kernel_restarted("memory", self._names)
+            self._names = []
         return result
 
     async def _drain_replies(self) -> None:
-        """Discard execute replies: the host's record, not the kernel's reply, is the result."""
+        """Read execute replies only for the names they list: the host's record, not the reply, is the result."""
         while True:
             try:
-                await self._client.get_shell_msg(timeout=0)
+                reply = await self._client.get_shell_msg(timeout=0)
             except queue.Empty:
                 return
+            names = variable_names(reply.get("content", {}))
+            if names is not None:
+                self._names = names

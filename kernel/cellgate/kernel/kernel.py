@@ -11,6 +11,7 @@ Two additions to ``IPythonKernel``:
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import json
 import os
@@ -49,6 +50,29 @@ def apply_memory_limit() -> None:
         threading.stack_size(THREAD_STACK_BYTES)
 
 
+def threads_inherit_the_cell() -> None:
+    """Run each new thread in a copy of its starter's context (as Python 3.14 can).
+
+    ipykernel keeps the parent header of the running cell in a context
+    variable; a thread that inherits it prints as the cell that started it,
+    so its output after that cell ended reaches the host as late output of
+    that cell, not as output of whichever cell runs then, and its tool calls
+    name that cell (the host refuses them once it has ended).
+    """
+    original_start = threading.Thread.start
+    if getattr(original_start, "_cellgate", False):
+        return
+
+    def start(thread: threading.Thread) -> None:
+        context = contextvars.copy_context()
+        run = thread.run
+        thread.run = lambda: context.run(run)  # type: ignore[method-assign]
+        original_start(thread)
+
+    start._cellgate = True  # type: ignore[attr-defined]
+    threading.Thread.start = start  # type: ignore[method-assign]
+
+
 class CellgateKernel(IPythonKernel):
     implementation = "cellgate"
     implementation_version = "0.1.0"
@@ -61,6 +85,7 @@ class CellgateKernel(IPythonKernel):
         self.control_handlers["comm_msg"] = self._gate_reply
         self._preload_tools()
         self.restricted = self._restricted_runner()
+        threads_inherit_the_cell()
 
     def _restricted_runner(self) -> Any:
         setting = os.environ.get("CELLGATE_RESTRICTED")

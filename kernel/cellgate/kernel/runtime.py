@@ -40,10 +40,17 @@ def _cell_line() -> int | None:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if "ipykernel_" in name or name.startswith("<ipython-input"):
+        if "ipykernel_" in name or name.startswith("<ipython-input") or name == "<cell>":
             return frame.f_lineno
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def _cell_id() -> str | None:
+    """The msg_id of the cell whose code is running here: in a thread, the cell that started it."""
+    header = getattr(sys.stdout, "parent_header", None)
+    msg_id = header.get("msg_id") if isinstance(header, dict) else None
+    return msg_id if isinstance(msg_id, str) and 0 < len(msg_id) <= 128 else None
 
 
 class GateClient:
@@ -76,6 +83,9 @@ class GateClient:
         line = _cell_line()
         if line is not None:
             request["line"] = line
+        cell = _cell_id()
+        if cell is not None:
+            request["cell"] = cell
         try:
             size = len(json.dumps(request, ensure_ascii=False).encode("utf-8"))
         except (TypeError, ValueError) as exc:
