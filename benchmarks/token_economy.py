@@ -34,6 +34,7 @@ import anthropic
 from cellgate.extensions.anthropic import AgentLoop
 from cellgate.gate import Session
 from cellgate.gate.config import AgentSettings
+from cellgate.gate.runsc import find as find_runsc
 from cellgate.gate.testing import FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -182,11 +183,12 @@ async def main() -> None:
             print(f"{task.name}: direct {direct.tokens:,} ({direct.turns} turns), code {coded.tokens:,} "
                   f"({coded.turns} turns), reduction {reduction:.1%}", flush=True)
     info = machine()
+    runsc = find_runsc().describe()  # the runsc the sessions used
     lines = [
         "# Token economy: direct tool calls vs. code mode",
         "",
         f"Measured {info['date']} on {info['cpus']} CPUs, {info['memory_gb']} GB, Python {info['python']}, "
-        f"gVisor {info['debian_runsc']}.",
+        f"gVisor runsc {runsc['runsc_version']} ({runsc['platform']}).",
         f"Input tokens summed over every request of a run (no caching), counted with {how}.",
         "Each run goes through the real loop, SDK, sandbox and gate against the local fake Messages API, "
         "with a scripted model; every run did the task.",

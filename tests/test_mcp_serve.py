@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,25 @@ def test_http_clients_get_their_own_sandboxed_sessions(http_serve: str) -> None:
             assert result.is_error and "no session" in out
 
     asyncio.run(asyncio.wait_for(scenario(), 300))
+
+
+def test_a_warm_pool_hands_each_client_session_a_sandbox_started_ahead(tmp_path: Path, runsc: object) -> None:
+    config = write_config(tmp_path)
+    config.write_text(config.read_text() + "\n[sandbox]\npool = 1\n")
+
+    async def scenario() -> None:
+        async with Client(stdio_server(config)) as client:
+            await client.call_tool("search_tools", {"query": ""})
+            asked = datetime.now(timezone.utc)
+            out, result = await run_code(client, "print(tools.crm.lookup_customer('a@b')['name'])")
+            assert out == "Ana Silva\n"
+            handle = result.structured_content["session"]
+            resource = await client.read_resource(f"cellgate://sessions/{handle}/notebook")
+            nb = nbformat.reads(resource.contents[0].text, as_version=4)
+            assert nb.metadata.cellgate["pool"] == {"size": 1}
+            journal = tmp_path / "runs" / nb.metadata.cellgate.journal["file"]
+            started = json.loads(journal.read_text().splitlines()[0])["time"]
+            # The sandbox was started before the client asked for it.
+            assert datetime.fromisoformat(started.replace("Z", "+00:00")) < asked
+
+    asyncio.run(asyncio.wait_for(scenario(), 240))

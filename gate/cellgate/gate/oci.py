@@ -44,6 +44,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "CELLGATE_RLIMIT_AS",
         "CELLGATE_REPLY_WAIT",
         "CELLGATE_RESTRICTED",
+        "CELLGATE_OUTPUT_LIMIT",
         "MALLOC_ARENA_MAX",
     }
 )
@@ -56,6 +57,9 @@ class Limits:
     open_files: int = 1024
     tmp_bytes: int = 256 << 20
     workspace_bytes: int = 256 << 20
+    # What one cell may print before the kernel itself drops the rest (the host's
+    # cap is the record's; this one keeps a flood from filling the kernel's memory).
+    kernel_output_bytes: int = 16 << 20
     # Address-space cap applied by the kernel, under the cgroup limit, so an
     # over-allocation is a MemoryError in the cell rather than an OOM kill.
     address_space_fraction: float = 0.9
@@ -153,6 +157,7 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
         "TMPDIR": "/tmp",
         "CELLGATE_RLIMIT_AS": str(limits.address_space_bytes),
         "CELLGATE_REPLY_WAIT": f"{reply_wait:g}",
+        "CELLGATE_OUTPUT_LIMIT": str(limits.kernel_output_bytes),
         # glibc reserves 64 MiB of address space per thread arena; under the
         # RLIMIT_AS cap that would leave room for only a few dozen threads.
         "MALLOC_ARENA_MAX": "2",

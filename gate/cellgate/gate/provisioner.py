@@ -112,6 +112,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             notebook_path = settings.resolve(settings.audit.dir) / f"{stamp}-{session_id[:8]}.ipynb"
         self.limits = oci.Limits(
             memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
+            kernel_output_bytes=2 * (box.output_limit_kb << 10),
         )
         metadata = {
             "session_id": session_id,

@@ -139,7 +139,15 @@ class Session:
         except BaseException:
             await self._cleanup_failed_start()
             raise
-        await self._connect()
+        try:
+            await self._connect()
+        except BaseException:  # the kernel died before answering: leave nothing behind
+            if self._client is not None:
+                self._client.stop_channels()
+                self._client = None
+            await self.km.shutdown_kernel(now=True)
+            self.km = None
+            raise
         return self
 
     async def _cleanup_failed_start(self) -> None:

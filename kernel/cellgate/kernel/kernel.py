@@ -73,6 +73,38 @@ def threads_inherit_the_cell() -> None:
     threading.Thread.start = start  # type: ignore[method-assign]
 
 
+class OutputCap:
+    """Drops what one cell prints past a limit, inside the kernel, with one note saying so.
+
+    The host's output cap decides what is recorded; this one only keeps a
+    print loop from growing ipykernel's stream buffers until the kernel runs
+    out of memory and stops answering.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.written = 0
+        self.noted = False
+
+    def new_cell(self) -> None:
+        self.written, self.noted = 0, False
+
+    def wrap(self, stream: Any) -> None:
+        write = stream.write
+
+        def capped_write(text: str) -> int:
+            if self.written > self.limit:
+                if not self.noted:
+                    self.noted = True
+                    write(f"\n[cellgate: this cell printed more than {self.limit} bytes; "
+                          "the kernel dropped the rest]\n")
+                return len(text)
+            self.written += len(text)
+            return int(write(text) or 0)
+
+        stream.write = capped_write
+
+
 class CellgateKernel(IPythonKernel):
     implementation = "cellgate"
     implementation_version = "0.1.0"
@@ -86,6 +118,12 @@ class CellgateKernel(IPythonKernel):
         self._preload_tools()
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
+        limit = os.environ.get("CELLGATE_OUTPUT_LIMIT", "")
+        self.output_cap = OutputCap(int(limit)) if limit.isdigit() else None
+        if self.output_cap is not None:
+            for stream in (sys.stdout, sys.stderr):
+                if hasattr(stream, "parent_header"):  # ipykernel's OutStream, not a terminal
+                    self.output_cap.wrap(stream)
 
     def _restricted_runner(self) -> Any:
         setting = os.environ.get("CELLGATE_RESTRICTED")
@@ -99,6 +137,8 @@ class CellgateKernel(IPythonKernel):
     async def do_execute(self, code: str, silent: bool, store_history: bool = True,  # type: ignore[override]
                          user_expressions: Any = None, allow_stdin: bool = False, *, cell_meta: Any = None,
                          cell_id: Any = None) -> dict[str, Any]:
+        if self.output_cap is not None:
+            self.output_cap.new_cell()
         if self.restricted is None:
             return await super().do_execute(code, silent, store_history, user_expressions, allow_stdin,
                                             cell_meta=cell_meta, cell_id=cell_id)

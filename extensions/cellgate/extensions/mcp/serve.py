@@ -29,7 +29,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-from cellgate.gate import Session, Settings, ToolRegistry
+from cellgate.gate import Pool, Session, Settings, ToolRegistry
 from cellgate.gate.sources import close_sources, open_sources
 from cellgate.kernel import runtime, stubgen
 
@@ -46,14 +46,35 @@ class _Entry:
 class Sessions:
     """Sandboxed sessions by handle."""
 
-    def __init__(self, options: dict[str, Any], single_client: bool, max_sessions: int, idle_timeout: float) -> None:
+    def __init__(self, options: dict[str, Any], single_client: bool, max_sessions: int, idle_timeout: float,
+                 pool_size: int = 0) -> None:
         self.options = options
+        self.pool_size = pool_size
+        self.pool: Pool | None = None
         self.single_client = single_client
         self.max_sessions = max_sessions
         self.idle_timeout = idle_timeout
         self._entries: dict[str, _Entry] = {}
         self._default: str | None = None
         self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """With ``[sandbox] pool = N``: start N sandboxes now, so a new session does not wait for one."""
+        if self.pool_size:
+            self.pool = Pool(self.pool_size, max_sessions=self.max_sessions,
+                             **self.options, metadata={"pool": {"size": self.pool_size}})
+            await self.pool.start()
+
+    async def _new_session(self) -> Session:
+        if self.pool is not None:
+            return await self.pool.acquire()
+        return await Session(**self.options).start()
+
+    async def _end(self, session: Session) -> None:
+        if self.pool is not None:
+            await self.pool.release(session)
+        else:
+            await session.shutdown()
 
     async def get(self, handle: str | None) -> tuple[str, _Entry]:
         async with self._lock:
@@ -71,8 +92,7 @@ class Sessions:
             if len(self._entries) >= self.max_sessions:
                 raise ToolError(f"this server already runs {len(self._entries)} sessions (--max-sessions "
                                 f"{self.max_sessions}); close one with close_session, or try again later")
-            session = Session(**self.options)
-            await session.start()
+            session = await self._new_session()
             handle = secrets.token_urlsafe(16)
             self._entries[handle] = _Entry(session)
             if self.single_client:
@@ -82,7 +102,7 @@ class Sessions:
     async def _close_idle(self) -> None:
         now = time.monotonic()
         for handle in [h for h, e in self._entries.items() if now - e.used > self.idle_timeout and not e.lock.locked()]:
-            await self._entries.pop(handle).session.shutdown()
+            await self._end(self._entries.pop(handle).session)
 
     async def close(self, handle: str) -> bool:
         async with self._lock:
@@ -90,12 +110,14 @@ class Sessions:
         if entry is None:
             return False
         async with entry.lock:
-            await entry.session.shutdown()
+            await self._end(entry.session)
         return True
 
     async def close_all(self) -> None:
         entries, self._entries = list(self._entries.values()), {}
-        await asyncio.gather(*(e.session.shutdown() for e in entries), return_exceptions=True)
+        await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
+        if self.pool is not None:
+            await self.pool.close()
 
     def notebook(self, handle: str) -> Path:
         entry = self._entries.get(handle)
@@ -126,11 +148,12 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
                  idle_timeout: float = 1800.0) -> MCPServer:
     manifest = catalog(settings, options.get("tools") or [])
     signatures = {t["name"]: stubgen.signature(t).replace("_t.", "") for t in manifest}
-    sessions = Sessions(options, single_client, max_sessions, idle_timeout)
+    sessions = Sessions(options, single_client, max_sessions, idle_timeout, pool_size=settings.sandbox.pool)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
         try:
+            await sessions.start()
             yield
         finally:
             await sessions.close_all()
