@@ -7,9 +7,12 @@ import json
 import os
 import re
 import secrets
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +99,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 __all__ = ["ROOT", "SAMPLE_TOOLS", "NORTHWIND", "runsc_sandboxes", "token", "os"]
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[Any], what: str, seconds: float = 60) -> None:
+    """Wait until ``process`` accepts connections on ``port``; fail with ``what`` if it exits or takes too long."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, what
+            time.sleep(0.05)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from conftest import free_port, wait_for_port
 from test_mcp_tools import CRM, POLICY
 
 pytestmark = pytest.mark.gvisor
@@ -85,21 +84,12 @@ def test_stdio_clients_run_code_that_calls_a_server_behind_and_cannot_see_each_o
 
 @pytest.fixture()
 def http_serve(tmp_path: Path, runsc: object) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = write_config(tmp_path)
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen([*SERVE, "--config", str(config), "--transport", "http", "--port", str(port)],
                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.05)
+    wait_for_port(port, process, f"cellgate mcp serve did not start; see {tmp_path / 'serve.log'}")
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     assert process.wait(60) is not None

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from cellgate.gate import ConfigError
 from cellgate.gate.journal import read_journal
 from cellgate.gate.recorder import journal_path
 from cellgate.gate.testing import BlockingSession
+from conftest import free_port, wait_for_port
 
 pytestmark = pytest.mark.gvisor
 
@@ -113,20 +112,11 @@ def test_a_dying_server_is_restarted_once_then_its_tools_are_unavailable(tmp_pat
 
 @pytest.fixture()
 def http_crm(tmp_path: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "CRM_LOG": str(tmp_path / "crm.log"), "CRM_EXPECTED_AUTH": f"Bearer {TOKEN}"}
     process = subprocess.Popen([sys.executable, str(CRM), "--http", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the HTTP MCP server did not start"
-            time.sleep(0.05)
+    wait_for_port(port, process, "the HTTP MCP server did not start", seconds=30)
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     process.wait(10)
