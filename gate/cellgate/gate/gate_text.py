@@ -44,3 +44,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     text = _CREDENTIAL.sub("[redacted]", text)
     text = _PATH.sub("<host path>", text)
     return unicodedata.normalize("NFC", text)[:2000]
+
+
+def trim(text: str, budget: int, where: str) -> str:
+    """What a model sees of a long output: the first two thirds and the last third of ``budget``
+    characters, with a note of what was dropped and ``where`` the whole output is."""
+    if len(text) <= budget:
+        return text
+    head, tail = budget * 2 // 3, budget // 3
+    dropped = len(text) - head - tail
+    return (f"{text[:head]}\n[… {dropped:,} characters dropped here to fit the output budget; "
+            f"the full output is in {where} …]\n{text[len(text) - tail:]}")

@@ -12,20 +12,13 @@ import re
 from typing import Any
 
 from cellgate.gate import CellResult
+from cellgate.gate.gate_text import trim
+
+__all__ = ["cell_view", "trim"]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 TRACEBACK_LINES = 8
-
-
-def trim(text: str, budget: int, where: str) -> str:
-    """Keep the first two thirds and the last third of the budget, with a note in between."""
-    if len(text) <= budget:
-        return text
-    head, tail = budget * 2 // 3, budget // 3
-    dropped = len(text) - head - tail
-    return (f"{text[:head]}\n[… {dropped:,} characters dropped here to fit the output budget; "
-            f"the full output is in {where} …]\n{text[len(text) - tail:]}")
 
 
 def _error_text(output: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from cellgate.gate import Pool, Session, Settings, ToolRegistry
+from cellgate.gate.gate_text import trim
 from cellgate.gate.sources import close_sources, open_sources
 from cellgate.kernel import runtime, stubgen
 
@@ -137,11 +138,7 @@ def cell_text(result: Any, budget: int = OUTPUT_BUDGET) -> str:
     text = result.text or "(the program printed nothing)\n"
     if result.status not in ("ok", "error"):
         text += f"[the cell ended with status {result.status!r}]\n"
-    if len(text) > budget:
-        head, tail = budget * 2 // 3, budget // 3
-        text = (f"{text[:head]}\n[… {len(text) - head - tail:,} characters dropped; the full output is in the "
-                f"session's audit notebook …]\n{text[-tail:]}")
-    return text
+    return trim(text, budget, "the session's audit notebook")
 
 
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
