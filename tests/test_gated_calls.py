@@ -142,13 +142,16 @@ def keep_calling():
         except tools.ToolError as e:
             late["error"] = (type(e).__name__, e.kind, str(e))
             return
-threading.Thread(target=keep_calling, daemon=True).start()
+worker = threading.Thread(target=keep_calling, daemon=True)
+worker.start()
 ''')
     assert started.ok
     deadline = time.monotonic() + 30
     while not any(e["event"] == "call-rejected" and e.get("reason") == "no cell is running" for e in journal(box)):
         assert time.monotonic() < deadline, "the thread's call after the cell was never refused"
         time.sleep(0.05)  # polling the journal file for the host's event
-    result = box.execute("print(late['error'][:2]); print(late['error'][2])")
+    # The journal line can land before the refusal reaches the thread: wait for the thread.
+    result = box.execute("worker.join(30); print(late['error'][:2]); print(late['error'][2])")
+    assert result.ok, result.text
     assert result.stdout.splitlines()[0] == "('ToolUnavailable', 'no_cell')"
     assert "while no cell of this session is running" in result.stdout
