@@ -22,6 +22,7 @@ import traceback
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
+from jupyter_client.session import DELIM
 
 from . import runtime
 
@@ -114,7 +115,6 @@ class CellgateKernel(IPythonKernel):
         super().__init__(**kwargs)
         self.gate_client = runtime.GateClient(reply_wait=_env_float("CELLGATE_REPLY_WAIT", 3600.0))
         runtime.install(self.gate_client)
-        self.control_handlers["comm_msg"] = self._gate_reply
         self._preload_tools()
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
@@ -168,10 +168,40 @@ class CellgateKernel(IPythonKernel):
         # Keep `tools` out of %who and `del`-by-reset surprises like other preloads.
         self.shell.user_ns_hidden["tools"] = tools
 
-    def _gate_reply(self, stream: Any, ident: Any, msg: dict[str, Any]) -> None:
+    async def process_control(self, msg: Any) -> None:
+        """Gate replies skip ipykernel's control round; everything else takes it.
+
+        ipykernel answers each control message with a busy/idle pair on IOPub
+        and two cross-thread flushes of stdout/stderr. A gate reply is not a
+        frontend's request, and inside gVisor that round cost more than the
+        call itself; the reply is still deserialised with its signature
+        checked, and handled on this (control) thread as before.
+        """
+        if self.session is not None and _msg_type(msg) == "comm_msg":
+            _, parts = self.session.feed_identities(msg, copy=False)
+            try:
+                reply = self.session.deserialize(parts, content=True, copy=False)
+            except Exception:
+                self.log.error("Invalid Control Message", exc_info=True)  # noqa: G201
+                return
+            self._gate_reply(reply)
+            return
+        await super().process_control(msg)
+
+    def _gate_reply(self, msg: dict[str, Any]) -> None:
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"))
+
+
+def _msg_type(frames: list[Any]) -> str | None:
+    """The msg_type of a raw message, read from its header frame only (no signature check yet)."""
+    try:
+        at = [bytes(frame) for frame in frames].index(DELIM)
+        header = json.loads(bytes(frames[at + 2]))
+    except (ValueError, IndexError, TypeError):
+        return None
+    return header.get("msg_type") if isinstance(header, dict) else None
 
 
 def _cell_traceback(exc: BaseException) -> list[str]:
