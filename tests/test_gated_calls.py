@@ -131,6 +131,53 @@ for r in results:
     assert box.execute("print(tools.echo('after'))").stdout == "after\n"
 
 
+def test_async_calls_of_one_loop_turn_leave_as_batches(box) -> None:
+    result = box.execute('''
+import asyncio
+from cellgate.kernel import runtime
+comm = runtime.client()._open_comm()
+sent, send = [], comm.send
+comm.send = lambda data, **kw: (sent.append(data["op"]), send(data, **kw))[1]
+results = await asyncio.gather(*(tools.aio.echo(str(i)) for i in range(129)))
+comm.send = send
+print(results == [str(i) for i in range(129)], sent)
+''')
+    assert result.stdout == "True ['batch', 'batch', 'call']\n", result.text
+    assert [c.args["text"] for c in result.calls] == [str(i) for i in range(129)]  # each decided and recorded
+
+
+def test_a_hostile_batch_is_refused_whole_or_answered_call_by_call(box) -> None:
+    result = box.execute('''
+import uuid
+from concurrent.futures import Future
+from cellgate.kernel import runtime
+client = runtime.client()
+comm = client._open_comm()
+def expect(call_id):
+    fut = Future()
+    client._pending[call_id] = ("raw", fut)
+    return fut
+good, bad = uuid.uuid4().hex, uuid.uuid4().hex
+waits = [expect(good), expect(bad)]
+comm.send({"op": "batch", "calls": [
+    {"op": "call", "id": good, "tool": "echo", "args": {"text": "kept"}},
+    {"op": "batch", "id": bad, "calls": []},
+    "junk",
+]})
+comm.send({"op": "batch", "calls": [{"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {}}] * 65})
+print(waits[0].result(10))
+try:
+    waits[1].result(10)
+except Exception as e:
+    print(type(e).__name__, str(e)[:60])
+''')
+    kept, nested = result.stdout.splitlines()
+    assert kept == "kept" and nested.startswith("ToolValidationError malformed tool call: a batch inside a batch")
+    reasons = [e["reason"] for e in journal(box) if e["event"] == "call-rejected"]
+    assert "request must be a JSON object, got str" in reasons
+    assert "a batch holds 1 to 64 calls, got 65" in reasons
+
+
 def test_calls_outside_a_running_cell_are_refused(box) -> None:
     started = box.execute('''
 import threading

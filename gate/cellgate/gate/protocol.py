@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cellgate.kernel.wire import MAX_REQUEST_BYTES, OP_CALL
+from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
 
 MAX_DEPTH = 64
 _ID = re.compile(r"^[0-9a-f]{8,64}$")
@@ -91,14 +91,31 @@ class CallRequest:
     cell: str | None = None  # the msg_id of the cell the kernel says started the calling code (a claim)
 
 
+def batch_items(data: Any, size: int) -> list[Any] | None:
+    """The calls of a batch request, each still to be parsed on its own; None if ``data`` is not a batch."""
+    if not isinstance(data, dict) or data.get("op") != OP_BATCH:
+        return None
+    if size > MAX_REQUEST_BYTES:
+        raise ProtocolError(f"request of {size} bytes exceeds the {MAX_REQUEST_BYTES} byte limit")
+    if set(data) != {"op", "calls"}:
+        raise ProtocolError(f"a batch has exactly the fields ['calls', 'op'], got {sorted(data)[:8]}")
+    calls = data["calls"]
+    if not isinstance(calls, list) or not 0 < len(calls) <= MAX_BATCH_CALLS:
+        count = len(calls) if isinstance(calls, list) else type(calls).__name__
+        raise ProtocolError(f"a batch holds 1 to {MAX_BATCH_CALLS} calls, got {count}")
+    return calls
+
+
 def parse_call(data: Any, size: int) -> CallRequest:
     """Validate a tool-call request (``wire`` module docstring) or raise ProtocolError."""
     if size > MAX_REQUEST_BYTES:
         raise ProtocolError(f"request of {size} bytes exceeds the {MAX_REQUEST_BYTES} byte limit")
     if not isinstance(data, dict):
         raise ProtocolError(f"request must be a JSON object, got {type(data).__name__}")
+    if data.get("op") == OP_BATCH:  # batch_items took the outer one
+        raise ProtocolError("a batch inside a batch is not allowed; put its calls in the outer batch")
     if data.get("op") != OP_CALL:
-        raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the only op is {OP_CALL!r}")
+        raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the ops are {OP_CALL!r} and {OP_BATCH!r}")
     unknown = set(data) - {"op", "id", "tool", "args", "line", "cell"}
     if unknown:
         raise ProtocolError(f"unknown request fields {sorted(unknown)[:8]}")

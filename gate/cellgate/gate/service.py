@@ -38,7 +38,7 @@ from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
 
-from .protocol import ProtocolError, parse_call, strict_loads
+from .protocol import ProtocolError, batch_items, parse_call, strict_loads
 from .journal import JournalError
 from .oom import OomWatch
 from .recorder import CellRecord, Recorder, output_dict
@@ -586,6 +586,18 @@ class GateService:
 
     # --------------------------------------------------------- tool calls
     def _on_call(self, comm_id: str, data: Any, size: int) -> None:
+        try:
+            batch = batch_items(data, size)
+        except ProtocolError as exc:
+            self.protocol_event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            return  # no single id to answer: the kernel's own deadline ends its waits
+        if batch is not None:
+            for item in batch:  # each call decided, recorded and answered on its own
+                self._on_call_one(comm_id, item, size)
+            return
+        self._on_call_one(comm_id, data, size)
+
+    def _on_call_one(self, comm_id: str, data: Any, size: int) -> None:
         try:
             request = parse_call(data, size)
         except ProtocolError as exc:

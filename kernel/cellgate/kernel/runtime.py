@@ -4,7 +4,9 @@ A call opens (once) a comm with target ``wire.COMM_TARGET``, sends the request
 as a ``comm_msg`` on IOPub, and waits on a ``concurrent.futures.Future`` that
 the kernel's control thread resolves when the host's reply arrives (see
 ``CellgateKernel``). Sync stubs block on the future; async stubs await it, so
-many calls can be in flight at once.
+many calls can be in flight at once. Async calls made in one turn of the
+event loop (``asyncio.gather``) leave as one batch message: inside gVisor each
+message costs more than the gate's work on a call.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from concurrent.futures import Future
 from typing import Any, Final
 
 from .errors import ToolError, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
-from .wire import COMM_TARGET, MAX_REQUEST_BYTES, OP_CALL
+from .wire import COMM_TARGET, MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
 
 
 class _Omitted:
@@ -61,6 +63,7 @@ class GateClient:
         # cell from waiting forever if the host never answers.
         self._reply_wait = reply_wait
         self._pending: dict[str, tuple[str, Future[Any]]] = {}
+        self._outbox: list[tuple[dict[str, Any], int]] = []
         self._lock = threading.Lock()
         self._comm: Any = None
 
@@ -76,10 +79,9 @@ class GateClient:
             self._comm = comm.create_comm(target_name=COMM_TARGET, data={})
         return self._comm
 
-    def submit(self, tool: str, args: dict[str, Any]) -> Future[Any]:
-        call_id = uuid.uuid4().hex
-        future: Future[Any] = Future()
-        request: dict[str, Any] = {"op": OP_CALL, "id": call_id, "tool": tool, "args": args}
+    def _request(self, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The wire request for one call and its encoded size (checked against the limit)."""
+        request: dict[str, Any] = {"op": OP_CALL, "id": uuid.uuid4().hex, "tool": tool, "args": args}
         line = _cell_line()
         if line is not None:
             request["line"] = line
@@ -94,16 +96,49 @@ class GateClient:
             raise ToolValidationError(
                 tool, f"arguments of {tool!r} are {size} bytes, over the {MAX_REQUEST_BYTES} byte limit per call; "
                       "pass a smaller value or split the call")
+        return request, size
+
+    def submit(self, tool: str, args: dict[str, Any]) -> Future[Any]:
+        request, _ = self._request(tool, args)
+        future: Future[Any] = Future()
         with self._lock:
-            self._pending[call_id] = (tool, future)
+            self._pending[request["id"]] = (tool, future)
             channel = self._open_comm()
         try:
             channel.send(request)
         except Exception as exc:
             with self._lock:
-                self._pending.pop(call_id, None)
+                self._pending.pop(request["id"], None)
             raise ToolUnavailable(tool, f"could not send the call to the gate: {exc}") from None
         return future
+
+    def submit_soon(self, tool: str, args: dict[str, Any]) -> Future[Any]:
+        """Queue a call to leave with the others made in this turn of the running event loop."""
+        request, size = self._request(tool, args)
+        future: Future[Any] = Future()
+        with self._lock:
+            self._pending[request["id"]] = (tool, future)
+            self._outbox.append((request, size))
+            first = len(self._outbox) == 1
+        if first:
+            asyncio.get_running_loop().call_soon(self._send_outbox)
+        return future
+
+    def _send_outbox(self) -> None:
+        with self._lock:
+            queued, self._outbox = self._outbox, []
+        for group in _batches(queued):
+            message = group[0] if len(group) == 1 else {"op": OP_BATCH, "calls": group}
+            try:
+                with self._lock:
+                    channel = self._open_comm()
+                channel.send(message)
+            except Exception as exc:
+                for request in group:
+                    with self._lock:
+                        tool, future = self._pending.pop(request["id"], (request["tool"], None))
+                    if future is not None and not future.done():
+                        future.set_exception(ToolUnavailable(tool, f"could not send the call to the gate: {exc}"))
 
     @contextlib.contextmanager
     def _answer(self, tool: str, future: Future[Any]) -> Iterator[None]:
@@ -128,7 +163,7 @@ class GateClient:
 
     async def acall(self, tool: str, args: dict[str, Any]) -> Any:
         __tracebackhide__ = True
-        future = self.submit(tool, args)
+        future = self.submit_soon(tool, args)
         with self._answer(tool, future):
             return await asyncio.wait_for(asyncio.wrap_future(future), self._reply_wait)
 
@@ -160,6 +195,24 @@ class GateClient:
         kind = str(error.get("kind", "failed"))
         message = str(error.get("message", "the gate returned a malformed error"))
         future.set_exception(error_for(kind, tool, message))
+
+
+# Room for the batch's own fields and the comm message around it.
+ENVELOPE_BYTES: Final = 256
+
+
+def _batches(queued: list[tuple[dict[str, Any], int]]) -> Iterator[list[dict[str, Any]]]:
+    """Group requests into batches within the per-message call count and byte limits."""
+    group: list[dict[str, Any]] = []
+    room = MAX_REQUEST_BYTES - ENVELOPE_BYTES
+    for request, size in queued:
+        if group and (len(group) == MAX_BATCH_CALLS or size + 2 > room):
+            yield group
+            group, room = [], MAX_REQUEST_BYTES - ENVELOPE_BYTES
+        group.append(request)
+        room -= size + 2  # ", " between calls
+    if group:
+        yield group
 
 
 _client: GateClient | None = None

@@ -6,6 +6,7 @@ secret and does no I/O.
 Kernel -> host, a ``comm_msg`` on IOPub on a comm with target ``COMM_TARGET``::
 
     {"op": "call", "id": "<uuid4 hex>", "tool": "<name>", "args": {...}}
+    {"op": "batch", "calls": [<call>, <call>, ...]}   # async calls made in one event-loop turn
 
 Host -> kernel, a ``comm_msg`` on the *control* channel (the shell channel is
 blocked while a cell runs)::
@@ -21,6 +22,7 @@ from typing import Final, Literal, get_args
 
 COMM_TARGET: Final = "cellgate.gate"
 OP_CALL: Final = "call"
+OP_BATCH: Final = "batch"
 
 ErrorKind = Literal[
     "not_found",  # no such tool in this session
@@ -38,3 +40,5 @@ ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 
 # Generous upper bound on one request, checked by the host before parsing it.
 MAX_REQUEST_BYTES: Final = 1 << 20
+# Calls in one batch request; the whole batch also stays under MAX_REQUEST_BYTES.
+MAX_BATCH_CALLS: Final = 64
