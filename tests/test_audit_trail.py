@@ -70,7 +70,7 @@ def test_verify_names_the_edited_place_in_the_notebook(run: Path, old: str, new:
 def test_verify_names_the_edited_journal_record(run: Path) -> None:
     journal = run.with_name("run.journal.jsonl")
     lines = journal.read_text().splitlines()
-    index = next(i for i, line in enumerate(lines) if '"event": "call-finished"' in line)
+    index = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "call-finished")
     lines[index] = lines[index].replace('"charged 5"', '"charged 9"')
     journal.write_text("\n".join(lines) + "\n")
     done = cellgate("verify", str(run))

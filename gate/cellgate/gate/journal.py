@@ -45,10 +45,13 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def record_hash(record: dict[str, Any]) -> str:
-    body = {k: v for k, v in record.items() if k != "hash"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """sha256 of the record's canonical JSON without its ``hash`` field."""
+    return hashlib.sha256(_canonical({k: v for k, v in record.items() if k != "hash"}).encode()).hexdigest()
 
 
 class Journal:
@@ -65,8 +68,7 @@ class Journal:
             if found.records:
                 self.seq, self.head = found.records[-1]["seq"], found.records[-1]["hash"]
             if found.torn_tail:  # drop the cut-short write so new records follow a whole line
-                valid = sum(len(json.dumps(r, ensure_ascii=False).encode()) + 1 for r in found.records)
-                os.truncate(path, valid)
+                os.truncate(path, found.valid_bytes)
         self._file = open(path, "a", encoding="utf-8")
 
     def append(self, event: str, sync: bool = False, **data: Any) -> dict[str, Any]:
@@ -76,9 +78,16 @@ class Journal:
         with self._lock:
             if self.broken:
                 raise JournalError(f"the audit journal {self.path} cannot be written: {self.broken}")
-            record = {"seq": self.seq + 1, "time": utcnow(), "event": event, **json_safe(data), "prev": self.head}
-            record["hash"] = record_hash(record)
-            line = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+            record = {"seq": self.seq + 1, "time": utcnow(), "event": event, **data, "prev": self.head}
+            try:
+                text = _canonical(record)
+                text.encode()
+            except (ValueError, TypeError):  # kernel-supplied text with a lone surrogate, NaN and the like
+                record = json_safe(record)
+                text = _canonical(record)
+            # The line is the canonical text the hash is taken over, with the hash added last.
+            record["hash"] = hashlib.sha256(text.encode()).hexdigest()
+            line = f'{text[:-1]},"hash":"{record["hash"]}"}}\n'
             try:
                 self._file.write(line)
                 self._file.flush()
@@ -124,6 +133,7 @@ class JournalRead:
     records: list[dict[str, Any]]
     torn_tail: bool  # the last line was incomplete (a crash mid-write) and was ignored
     problem: str | None  # the first place where the chain is broken, if any
+    valid_bytes: int = 0  # length of the file's prefix that holds ``records``
 
 
 def read_journal(path: Path) -> JournalRead:
@@ -135,6 +145,7 @@ def read_journal(path: Path) -> JournalRead:
         lines = lines[:-1]
     records: list[dict[str, Any]] = []
     prev = GENESIS
+    valid = 0
     for index, raw in enumerate(lines):
         try:
             record = json.loads(raw)
@@ -143,16 +154,17 @@ def read_journal(path: Path) -> JournalRead:
             ok = False
         if not ok:
             if index == len(lines) - 1 and incomplete:
-                return JournalRead(records, True, None)  # a write cut short by a crash
+                return JournalRead(records, True, None, valid)  # a write cut short by a crash
             return JournalRead(records, incomplete, f"journal record {index + 1} does not match its hash: "
-                                                    "it was edited or damaged")
+                                                    "it was edited or damaged", valid)
         if record.get("prev") != prev or record.get("seq") != len(records) + 1:
             return JournalRead(records, incomplete, f"journal record {index + 1} (seq {record.get('seq')}) does "
                                                     "not follow the one before it: a record was deleted, inserted "
-                                                    "or reordered")
+                                                    "or reordered", valid)
         records.append(record)
         prev = record["hash"]
-    return JournalRead(records, False, None)
+        valid += len(raw) + 1
+    return JournalRead(records, False, None, valid)
 
 
 def iter_events(records: list[dict[str, Any]], *kinds: str) -> Iterator[dict[str, Any]]:
