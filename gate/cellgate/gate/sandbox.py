@@ -227,7 +227,7 @@ class Sandbox:
         }
         self.path(OWNER_FILE).write_text(json.dumps(owner))
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "cellgate.gate.reaper", str(self.root)],
+            [sys.executable, "-P", str(Path(__file__).with_name("reaper.py")), str(self.root)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env={"PATH": HOST_PATH, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
