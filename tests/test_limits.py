@@ -59,7 +59,9 @@ def test_loop_ignoring_sigint_is_killed_reported_and_session_restarts(session_fa
 
 def test_kernel_death_mid_cell_keeps_partial_output_and_is_its_own_status(session_factory) -> None:
     box = session_factory()
-    result = box.execute("import os, sys\nprint('partial', flush=True)\nsys.stdout.flush()\nos.kill(os.getpid(), 9)")
+    # The gated call is a barrier: IOPub is one ordered stream, so once the host has answered the
+    # call it has read the output printed before it.
+    result = box.execute("import os\nprint('partial', flush=True)\ntools.echo('barrier')\nos.kill(os.getpid(), 9)")
     assert result.status == "kernel-died"
     assert "partial" in result.stdout
     assert "kernel-died" in result.limits_hit

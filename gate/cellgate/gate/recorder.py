@@ -79,9 +79,13 @@ class CellRecord:
             cell.id = f"cell-{self.serial}"
             cell.metadata["cellgate"] = {"kind": "model", **self.extra}
             return cell
-        cell = new_code_cell(source=self.source, execution_count=self.execution_count)
-        cell.id = f"cell-{self.serial}"  # deterministic: a rendering must not differ from the last one
-        cell.outputs = [nbformat.from_dict(o) for o in self.outputs]
+        # Built directly, not with new_code_cell, which validates the cell against
+        # the schema on every rendering; the outputs were validated when captured,
+        # and the whole notebook is validated when the session closes.
+        cell = nbformat.from_dict({
+            "id": f"cell-{self.serial}",  # deterministic: a rendering must not differ from the last one
+            "cell_type": "code", "metadata": {}, "execution_count": self.execution_count, "source": self.source,
+            "outputs": [nbformat.from_dict(o) for o in self.outputs]})
         calls = sorted([*self.calls, *self.pending_calls.values()], key=lambda c: c["seq"])
         cell.metadata["cellgate"] = {
             "sha256": hashlib.sha256(self.source.encode()).hexdigest(),
@@ -259,20 +263,23 @@ class Reducer:
                 f' "nbformat": 4,\n "nbformat_minor": 5\n}}\n')
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: never a torn file."""
+def write_atomically(path: Path, text: str, durable: bool = True) -> None:
+    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too."""
     folder = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         failpoint("notebook-write")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -410,7 +417,10 @@ class Recorder:
     def write_notebook(self) -> None:
         with self._lock:
             text = self.reducer.notebook_text(self.journal.path.name, self._cell_text)
-        write_atomically(self.notebook_path, text)
+        # The journal is the durable record (fsync'd at each cell's end) and
+        # `cellgate recover` renders the notebook from it, so the notebook is
+        # replaced atomically after every cell but not fsync'd each time.
+        write_atomically(self.notebook_path, text, durable=False)
 
     def close(self) -> None:
         try:
