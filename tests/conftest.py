@@ -61,7 +61,7 @@ def box(session_factory: object) -> BlockingSession:
 
 def runsc_sandboxes() -> list[str]:
     """Command lines of runsc processes on this machine."""
-    out = subprocess.run(["pgrep", "-a", "-f", "runsc-sandbox|runsc-gofer|runsc .*run --bundle"],
+    out = subprocess.run(["pgrep", "-a", "-f", "runsc-sandbox|runsc-gofer|runsc .*(run|restore) .*--bundle"],
                          capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 

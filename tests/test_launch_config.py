@@ -21,6 +21,14 @@ def test_runsc_argv_is_pinned() -> None:
     assert not [a for a in argv for bad in oci.FORBIDDEN_FLAG_PREFIXES if a.startswith(bad)]
 
 
+def test_a_restore_from_a_snapshot_has_the_same_flags() -> None:
+    argv = oci.runsc_argv("/x/runsc", "/r/state", "systrap", "/r/b", "cg-1", image="/run/cellgate/images/k")
+    assert argv == ["/x/runsc", "--root=/r/state", "--network=none", "--host-uds=create", "--platform=systrap",
+                    "restore", "--image-path=/run/cellgate/images/k", "--bundle=/r/b", "cg-1"]
+    assert oci.checkpoint_argv("/x/runsc", "/r/state", "cg-1", "/i") == [
+        "/x/runsc", "--root=/r/state", "checkpoint", "--image-path=/i", "cg-1"]
+
+
 def test_process_is_unprivileged_with_limits() -> None:
     _, spec = build()
     process = spec["process"]

@@ -46,6 +46,8 @@ class SandboxSettings(_Strict):
     output_limit_kb: int = Field(8192, ge=16, description="recorded output per cell; head and tail are kept")
     pool: int = Field(0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
                                                   "(cellgate mcp serve); each is used by one session only")
+    snapshot: bool = Field(True, description="gVisor: start each sandbox from a snapshot image of a started "
+                                             "kernel, built once per configuration")
     restricted: bool = Field(False, description="also run cells under RestrictedPython (defense in depth)")
     allowed_imports: list[str] = Field(default_factory=list, description="restricted mode: modules beyond the default set")
 

@@ -21,6 +21,7 @@ IPC_DIR: Final = "/run/cellgate/ipc"
 CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
 TOOLS_DIR: Final = "/opt/cellgate/tools"
 WORKSPACE: Final = "/workspace"
+SNAPSHOT_READY: Final = "snapshot-ready"
 
 # Host system directories the interpreter needs, bound read-only when present.
 SYSTEM_DIRS: Final = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
@@ -46,6 +47,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "CELLGATE_RESTRICTED",
         "CELLGATE_OUTPUT_LIMIT",
         "MALLOC_ARENA_MAX",
+        "CELLGATE_SNAPSHOT_READY",
     }
 )
 
@@ -161,6 +163,9 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
         # glibc reserves 64 MiB of address space per thread arena; under the
         # RLIMIT_AS cap that would leave room for only a few dozen threads.
         "MALLOC_ARENA_MAX": "2",
+        # Where a kernel started without a connection file says it is ready to
+        # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
+        "CELLGATE_SNAPSHOT_READY": f"{IPC_DIR}/{SNAPSHOT_READY}",
     }
     if restricted is not None:
         env["CELLGATE_RESTRICTED"] = json.dumps(sorted(restricted))
@@ -231,18 +236,25 @@ FORBIDDEN_FLAG_PREFIXES: Final = (
 )
 
 
-def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_id: str) -> list[str]:
-    """The exact runsc command that runs one sandbox in the foreground."""
+def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_id: str,
+               image: str | None = None) -> list[str]:
+    """The exact runsc command that runs one sandbox in the foreground (restored from ``image`` if given)."""
+    command = ["run"] if image is None else ["restore", f"--image-path={image}"]
     return [
         runsc,
         f"--root={state_root}",
         "--network=none",
         "--host-uds=create",
         f"--platform={platform}",
-        "run",
+        *command,
         f"--bundle={bundle}",
         sandbox_id,
     ]
+
+
+def checkpoint_argv(runsc: str, state_root: str, sandbox_id: str, image: str) -> list[str]:
+    """Save a sandbox's state as an image; the sandbox stops."""
+    return [runsc, f"--root={state_root}", "checkpoint", f"--image-path={image}", sandbox_id]
 
 
 def etc_files(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> dict[str, str]:

@@ -14,6 +14,7 @@ import asyncio
 import platform
 import signal
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 from . import oci
 from .approval import load_approver
 from .config import SandboxSettings, Settings, find_config, load_settings
-from .errors import ConfigError
+from .errors import ConfigError, SandboxError
 from .gate import Gate
 from .policy import policy_sha256
 from .recorder import Recorder
@@ -159,17 +160,36 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             isolation=box.isolation, runsc=self.runsc, limits=self.limits,
             reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
             restricted=tuple(box.allowed_imports) if box.restricted else None,
+            snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
         )
         key = self.connection_info["key"]
         key = key.decode() if isinstance(key, bytes) else key
-        sandbox = Sandbox(config, self.tools_files, key)
-        self.sandbox = sandbox
-        await asyncio.to_thread(sandbox.start)
-        await asyncio.to_thread(sandbox.wait_for_sockets, box.start_timeout)
+        sandbox = await self._start_sandbox(config, key)
         self.service.attach(sandbox)
         self.process = sandbox.process
         self.pid = sandbox.process.pid if sandbox.process else None
         return dict(self.connection_info)
+
+    async def _start_sandbox(self, config: SandboxConfig, key: str) -> Sandbox:
+        assert self.settings is not None
+        sandbox = Sandbox(config, self.tools_files, key)
+        self.sandbox = sandbox
+        await asyncio.to_thread(sandbox.start)
+        try:
+            await asyncio.to_thread(sandbox.wait_for_sockets, self.settings.sandbox.start_timeout)
+        except SandboxError as exc:
+            if sandbox.image is None:
+                raise
+            # A snapshot that does not restore (a damaged image, a runsc that cannot) costs one
+            # cold start, not the session: drop the image and start this sandbox cold.
+            await asyncio.to_thread(sandbox.delete)
+            await asyncio.to_thread(sandbox.discard_image)
+            sandbox = Sandbox(replace(config, snapshot=False), self.tools_files, key)
+            sandbox.snapshot_problem = f"the snapshot image did not restore: {str(exc)[:300]}"
+            self.sandbox = sandbox
+            await asyncio.to_thread(sandbox.start)
+            await asyncio.to_thread(sandbox.wait_for_sockets, self.settings.sandbox.start_timeout)
+        return sandbox
 
     async def shutdown_requested(self, restart: bool = False) -> None:
         if self.service is not None:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import cellgate.kernel
 
-from . import oci
+from . import oci, snapshot
 from .errors import SandboxError
 from .runsc import Runsc
 
@@ -119,15 +119,22 @@ class SandboxConfig:
     reply_wait: float
     workspace: str | None = None
     restricted: tuple[str, ...] | None = None  # restricted mode's extra imports; None: off
+    snapshot: bool = False  # gVisor only: restore from a snapshot image of a started kernel (see ``snapshot``)
+    start_timeout: float = 60.0
 
 
 class Sandbox:
     """One sandboxed kernel: create with ``start()``, end with ``delete()``."""
 
-    def __init__(self, config: SandboxConfig, tools_files: Mapping[str, str], key: str) -> None:
+    def __init__(self, config: SandboxConfig, tools_files: Mapping[str, str], key: str,
+                 snapshot_build: bool = False) -> None:
         if config.isolation == "gvisor" and config.runsc is None:
             raise SandboxError("a gVisor sandbox needs runsc")
         self.config = config
+        self.snapshot_build = snapshot_build  # started without a connection file, to be checkpointed
+        self.image: Path | None = None  # the snapshot image it was restored from
+        self.snapshot_problem: str | None = None  # why it was not, when it should have been
+        self._spec_text = ""
         self.id = "cg-" + secrets.token_hex(6)
         self.root = run_root() / self.id
         self.key = key
@@ -168,7 +175,8 @@ class Sandbox:
             "signature_scheme": "hmac-sha256",
             "kernel_name": "cellgate",
         }
-        self.path("conn", "kernel.json").write_text(json.dumps(connection))
+        if not self.snapshot_build:
+            self.path("conn", "kernel.json").write_text(json.dumps(connection))
         kernel_argv = [
             sys.executable,
             "-m", "cellgate.kernel",
@@ -181,8 +189,9 @@ class Sandbox:
             # EROFS, not EACCES) and the socket folder, which holds nothing else.
             for part in ("bundle/rootfs", "etc", "tools", "ipc", "conn"):
                 os.chown(self.path(*part.split("/")), uid, gid)
-            self.path("conn", "kernel.json").chmod(0o400)
-            os.chown(self.path("conn", "kernel.json"), uid, gid)
+            if not self.snapshot_build:
+                self.path("conn", "kernel.json").chmod(0o400)
+                os.chown(self.path("conn", "kernel.json"), uid, gid)
             for name, target in oci.rootfs_links().items():
                 os.symlink(target, self.path("bundle", "rootfs", name))
             layout = oci.Layout(
@@ -193,13 +202,54 @@ class Sandbox:
             env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
                                   self.config.restricted)
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id)
-            self.path("bundle", "config.json").write_text(json.dumps(spec, indent=1))
+            self._spec_text = json.dumps(spec, indent=1)
+            self.path("bundle", "config.json").write_text(self._spec_text)
             assert self.config.runsc is not None
             return oci.runsc_argv(
                 self.config.runsc.path, str(self.path("state")), self.config.runsc.platform,
-                str(self.path("bundle")), self.id,
+                str(self.path("bundle")), self.id, image=self._snapshot_image(),
             )
         return kernel_argv
+
+    # -- snapshots
+    def _snapshot_image(self) -> str | None:
+        """The image to restore from, built first if this configuration has none; None: start cold."""
+        if not self.config.snapshot or self.snapshot_build or self.config.runsc is None:
+            return None
+        try:
+            key = snapshot.image_key(self._spec_text, str(self.root), self.config.runsc)
+            self.image = snapshot.ensure_image(run_root() / "images", key, self._build_image)
+        except (SandboxError, OSError) as exc:
+            self.snapshot_problem = str(exc)[:500]
+            return None
+        return str(self.image)
+
+    def _build_image(self, target: Path) -> None:
+        """Start a sandbox of this configuration without a connection file and checkpoint it once ready."""
+        assert self.config.runsc is not None
+        build = Sandbox(self.config, {}, "", snapshot_build=True)
+        try:
+            build.start()
+            marker = build.path("ipc", oci.SNAPSHOT_READY)
+            deadline = time.monotonic() + self.config.start_timeout
+            while not marker.exists():
+                if build.poll() is not None or time.monotonic() > deadline:
+                    raise SandboxError(f"the sandbox for a snapshot image did not get ready: {build.log_tail()}")
+                time.sleep(0.01)  # polling the socket folder for the kernel's marker
+            done = subprocess.run(
+                oci.checkpoint_argv(self.config.runsc.path, str(build.path("state")), build.id, str(target)),
+                capture_output=True, text=True, timeout=self.config.start_timeout, env={"PATH": HOST_PATH})
+            if done.returncode != 0:
+                raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        except subprocess.TimeoutExpired:
+            raise SandboxError("runsc checkpoint did not finish in time") from None
+        finally:
+            build.delete()
+
+    def discard_image(self) -> None:
+        """The image did not restore: drop it, so the next start builds a fresh one."""
+        if self.image is not None:
+            snapshot.discard(self.image.parent, self.image.name)
 
     def start(self) -> None:
         argv = self._prepare()
@@ -323,4 +373,6 @@ class Sandbox:
             "tmp_bytes": limits.tmp_bytes, "address_space_bytes": limits.address_space_bytes,
         }
         info["network"] = "none"
+        if self.config.isolation == "gvisor":
+            info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
         return info

@@ -12,6 +12,7 @@ Modules:
 - ``runtime``: the comm client the generated ``tools`` stubs call.
 - ``stubgen``: generates the ``tools`` package source from a tool manifest.
 - ``kernel``: ``CellgateKernel``, the ipykernel subclass.
+- ``snapshot``: waits to be checkpointed when started for a snapshot image.
 """
 
 __all__: list[str] = []

@@ -1,9 +1,17 @@
 """Entry point inside the sandbox: ``python -m cellgate.kernel -f CONNECTION_FILE``."""
 
-from ipykernel.kernelapp import IPKernelApp
+import sys
 
-from .kernel import CellgateKernel, apply_memory_limit
+from . import snapshot
 
 if __name__ == "__main__":
+    connection = snapshot.connection_file(sys.argv)
+    if connection is not None:
+        snapshot.wait_for_connection(connection)  # a snapshot is taken here (see ``snapshot``)
+
+    from ipykernel.kernelapp import IPKernelApp
+
+    from .kernel import CellgateKernel, apply_memory_limit
+
     apply_memory_limit()
     IPKernelApp.launch_instance(kernel_class=CellgateKernel)

@@ -1,0 +1,67 @@
+"""The kernel's side of snapshot starts (``gate.snapshot`` is the host's).
+
+Starting Python and importing ipykernel, IPython and debugpy is most of a
+sandbox's start inside gVisor. So the host builds, once per configuration, a
+snapshot image of a sandbox that has done exactly that and is waiting for its
+connection file; every later sandbox of that configuration is restored from
+the image with its own mounts and finds its own connection file there.
+
+A snapshot holds no secret: it is taken before any connection file (and so
+any session key) exists, and before any cell runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+import time
+
+READY_ENV = "CELLGATE_SNAPSHOT_READY"
+
+# Imported before the snapshot: what the kernel and ipykernel's start import.
+PRELOAD = (
+    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.comm", "ipykernel.debugger",
+    "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.logger", "IPython.core.oinspect",
+    "IPython.extensions.storemagic", "tornado.queues", "cellgate.kernel.kernel", "cellgate.kernel.restricted",
+)
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # optional parts (debugpy, RestrictedPython) load later if at all
+
+
+def wait_for_connection(connection_file: str) -> None:
+    """Return when ``connection_file`` exists; if it does not yet, this is a snapshot being built.
+
+    The host then checkpoints the sandbox while this waits; a restored copy
+    continues from here in its own sandbox.
+    """
+    if os.path.exists(connection_file):
+        return  # an ordinary start
+    ready = os.environ.get(READY_ENV)
+    if not ready:
+        return  # no snapshot expected: let ipykernel report the missing file
+    preload()
+    with open(ready, "w") as marker:
+        marker.write("ready\n")
+    while not os.path.exists(connection_file):
+        time.sleep(0.002)  # the host checkpoints the sandbox during this wait
+    after_restore()
+
+
+def after_restore() -> None:
+    """What must differ between sandboxes restored from one image."""
+    random.seed()  # else every restored kernel draws the same `random` numbers
+    importlib.invalidate_caches()  # the tools package and the workspace are new mounts
+
+
+def connection_file(argv: list[str]) -> str | None:
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("-f", "--f", "--IPKernelApp.connection_file"):
+            return value
+    return None
