@@ -15,15 +15,22 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import contextlib
+import io
+import threading
+from collections.abc import Iterator
+
 from jupyter_client import AsyncKernelManager
 
-from cellgate.gate import Pool, Session
+from cellgate.gate import Pool, Session, provisioner, recorder
+from cellgate.gate.journal import GENESIS, Journal
+from cellgate.gate.runsc import find as find_runsc
+from cellgate.gate.snapshot import discard
 
 ROOT = Path(__file__).resolve().parent.parent
 NORTHWIND = ROOT / "examples" / "northwind"
@@ -87,12 +94,13 @@ async def cellgate_kernel(folder: Path, cells: int, calls: int) -> dict[str, lis
     tools = folder / "echo_tools.py"
     tools.write_text(ECHO_TOOLS)
     out: dict[str, list[float]] = {"start": [], "trip": [], "call": [], "gather": [], "rss": []}
-    for attempt in range(3):
+    for attempt in range(4):
         t = time.perf_counter()
         session = Session(tools=[tools], notebook=folder / f"bench-{attempt}.ipynb", cwd=folder)
         await session.start()
-        out["start"].append((time.perf_counter() - t) * 1000)
-        if attempt == 0:
+        if attempt:  # the first start of the run may build the configuration's snapshot image
+            out["start"].append((time.perf_counter() - t) * 1000)
+        if attempt == 1:
             for _ in range(cells):
                 t = time.perf_counter()
                 await session.execute("1")
@@ -114,6 +122,63 @@ async def cellgate_kernel(folder: Path, cells: int, calls: int) -> dict[str, lis
     return out
 
 
+async def first_and_cold_starts(folder: Path) -> tuple[list[float], list[float]]:
+    """Starts that build a snapshot image (a configuration's first), and starts with snapshots off."""
+    first, cold = [], []
+    for attempt in range(3):
+        t = time.perf_counter()
+        # A memory limit no other run uses: a configuration without an image yet.
+        session = Session(notebook=folder / f"first-{attempt}.ipynb", cwd=folder, memory_mb=1100 + attempt)
+        await session.start()
+        first.append((time.perf_counter() - t) * 1000)
+        image = session.provisioner.sandbox.image
+        await session.shutdown()
+        if image is not None:
+            discard(image.parent, image.name)
+        t = time.perf_counter()
+        async with Session(notebook=folder / f"cold-{attempt}.ipynb", cwd=folder, snapshot=False):
+            cold.append((time.perf_counter() - t) * 1000)
+    return first, cold
+
+
+class MemoryJournal(Journal):
+    """The journal's records and hashes, kept in memory: no file, no fsync."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.broken, self.seq, self.head, self.synced = path, None, 0, GENESIS, 0
+        self._lock = threading.Lock()
+        self._file = io.StringIO()
+
+    def append(self, event: str, sync: bool = False, **data: object) -> dict:
+        record = super().append(event, sync=False, **data)
+        self.synced = self.seq
+        return record
+
+    def sync(self) -> int:
+        self.synced = self.seq
+        return self.synced
+
+
+class UnrecordedRecorder(recorder.Recorder):
+    """The same bookkeeping without the journal file or the notebook: the baseline for recording's cost."""
+
+    def write_notebook(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    saved = recorder.Journal, provisioner.Recorder
+    recorder.Journal, provisioner.Recorder = MemoryJournal, UnrecordedRecorder  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        recorder.Journal, provisioner.Recorder = saved  # type: ignore[misc]
+
+
 async def pool_acquire(folder: Path, count: int) -> list[float]:
     """Time to get a session from a warm pool (its sandbox already started)."""
     times = []
@@ -127,14 +192,16 @@ async def pool_acquire(folder: Path, count: int) -> list[float]:
     return times
 
 
-async def northwind(folder: Path) -> list[float]:
+async def northwind(folder: Path, recorded: bool = True) -> list[float]:
     times = []
-    for attempt in range(3):
-        async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{attempt}.ipynb", cwd=folder) as s:
-            t = time.perf_counter()
-            result = await s.execute((NORTHWIND / "late_orders.py").read_text())
-            times.append((time.perf_counter() - t) * 1000)
-            assert result.stdout == "10000 312\n", result.text
+    for attempt in range(5):
+        with contextlib.nullcontext() if recorded else unrecorded():
+            async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{recorded}-{attempt}.ipynb",
+                               cwd=folder) as s:
+                t = time.perf_counter()
+                result = await s.execute((NORTHWIND / "late_orders.py").read_text())
+                times.append((time.perf_counter() - t) * 1000)
+                assert result.stdout == "10000 312\n", result.text
     return times
 
 
@@ -168,11 +235,11 @@ async def concurrent(folder: Path, count: int) -> tuple[int, list[float]]:
 
 
 def machine() -> dict:
-    runsc = subprocess.run(["runsc", "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+    runsc = find_runsc()
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
             "cpus": os.cpu_count(), "kernel": platform.release(),
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "debian_runsc": runsc[0] if runsc else None}
+            "runsc": runsc.version, "platform": runsc.platform}
 
 
 async def main() -> None:
@@ -186,20 +253,25 @@ async def main() -> None:
         folder = Path(tmp)
         plain_start, plain_trip = await plain_kernel(cells)
         cg = await cellgate_kernel(folder, cells, calls)
+        first, cold = await first_and_cold_starts(folder)
         (folder / "pool").mkdir()
         acquire = await pool_acquire(folder, 5 if args.quick else 10)
         nw = await northwind(folder)
+        nw_bare = await northwind(folder, recorded=False)
         first, last = await long_session(folder, args.long if not args.quick else 100)
         answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
     rows = [
         row("cold start, plain ipykernel", plain_start),
-        row("cold start, cellgate (gVisor)", cg["start"], baseline=plain_start),
+        row("cold start, cellgate (gVisor, snapshot image)", cg["start"], baseline=plain_start),
+        row("cold start, cellgate (gVisor, snapshots off)", cold, baseline=plain_start),
+        row("first start of a configuration (builds its image)", first, baseline=plain_start),
         row("pool acquire (warm sandbox)", acquire),
         row("trivial cell round trip, plain", plain_trip),
         row("trivial cell round trip, cellgate", cg["trip"], baseline=plain_trip),
         row("blocking gated call (sequential)", cg["call"]),
         row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
-        row("Northwind example (313 calls, recorded)", nw),
+        row("Northwind example (313 calls), not recorded", nw_bare),
+        row("Northwind example (313 calls), recorded", nw, baseline=nw_bare),
         row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
         row("trivial cell, cells 1-20 of a long session", first),
         row(f"trivial cell, last 20 of {args.long if not args.quick else 100} cells", last, baseline=first),
