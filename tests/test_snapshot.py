@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,24 @@ def test_the_image_key_covers_code_and_configuration() -> None:
     assert snapshot.image_key(spec.replace("etc", "tmp"), "/run/x/cg-1", Runsc) != snapshot.image_key(
         spec, "/run/x/cg-1", Runsc)
     assert len(snapshot.code_digest()) == 64
+
+
+def test_images_are_built_once_and_the_least_recently_used_are_pruned(tmp_path: Path) -> None:
+    built = []
+
+    def build(target: Path) -> None:
+        built.append(target.name)
+        (target / "checkpoint.img").write_text("state")
+
+    for key in ("a", "b", "c", "a"):
+        assert (snapshot.ensure_image(tmp_path, key, build) / "checkpoint.img").read_text() == "state"
+    assert len(built) == 3 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no partial left
+    os.utime(tmp_path / "b", (1, 1))  # the least recently used
+    assert snapshot.prune(tmp_path, 2) == 1 and sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["a", "c"]
+
+    def broken(target: Path) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        snapshot.ensure_image(tmp_path, "d", broken)
+    assert not (tmp_path / "d").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

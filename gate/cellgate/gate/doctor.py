@@ -13,6 +13,7 @@ from rich.console import Console
 from .errors import CellgateError, SandboxUnavailable
 from .runsc import FIX_HINT, PREFERRED_RUNSC, find
 from .sandbox import reap_leftovers, run_root
+from .snapshot import prune
 from .versions import versions
 
 console = Console(highlight=False)
@@ -66,6 +67,9 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
         reaped = reap_leftovers()
         _ok("clean", f"removed {len(reaped)} leftover sandbox(es) from {run_root()}"
             + (f": {', '.join(reaped)}" if reaped else ""))
+        images = run_root() / "images"
+        dropped = prune(images, 0) if images.is_dir() else 0
+        _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
     try:
         runsc = find()
     except SandboxUnavailable as exc:

@@ -58,10 +58,15 @@ def image_key(spec_text: str, sandbox_root: str, runsc: Runsc) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 
+# Images kept; the least recently used go first (each is a few MB, on /run).
+MAX_IMAGES = 16
+
+
 def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
     """The image for ``key``, built by ``build(target)`` if there is none yet (once, across processes)."""
     image = folder / key
     if image.is_dir():
+        os.utime(image)  # recently used: pruned last
         return image
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(folder / f"{key}.lock", "w") as lock:
@@ -75,7 +80,18 @@ def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
             os.rename(partial, image)  # complete or absent, never half-written
         finally:
             shutil.rmtree(partial, ignore_errors=True)
+    prune(folder, MAX_IMAGES)
     return image
+
+
+def prune(folder: Path, keep: int) -> int:
+    """Delete all but the ``keep`` most recently used images; returns how many went."""
+    images = sorted((p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for image in images[keep:]:
+        shutil.rmtree(image, ignore_errors=True)
+        (folder / f"{image.name}.lock").unlink(missing_ok=True)
+    return len(images[keep:])
 
 
 def discard(folder: Path, key: str) -> None:
