@@ -23,6 +23,7 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 from jupyter_client.session import DELIM
+from traitlets import Float
 
 from . import runtime
 
@@ -126,6 +127,11 @@ def skip_empty_flushes(stream: Any) -> None:
 
 
 class CellgateKernel(IPythonKernel):
+    # ipykernel sleeps 0.5 ms before each execute_reply, for clients that act on
+    # the reply before the cell's output arrives; inside gVisor that sleep costs
+    # a few ms per cell. The host ends a cell on the reply *and* the idle status,
+    # which follows every output on IOPub, so it needs no sleep.
+    _execute_sleep = Float(0.0).tag(config=True)
     implementation = "cellgate"
     implementation_version = "0.1.0"
     banner = "cellgate: an IPython kernel in a gVisor sandbox; tools calls are gated and recorded"
