@@ -16,7 +16,8 @@ import contextlib
 import json
 import sys
 import threading
-import uuid
+import itertools
+import secrets
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Final
@@ -64,6 +65,9 @@ class GateClient:
         self._reply_wait = reply_wait
         self._pending: dict[str, tuple[str, Future[Any]]] = {}
         self._outbox: list[tuple[dict[str, Any], int]] = []
+        # Call ids: random per kernel, then counted (a getrandom per call is slow inside gVisor).
+        self._id_prefix = secrets.token_hex(8)
+        self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._comm: Any = None
 
@@ -81,7 +85,8 @@ class GateClient:
 
     def _request(self, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """The wire request for one call and its encoded size (checked against the limit)."""
-        request: dict[str, Any] = {"op": OP_CALL, "id": uuid.uuid4().hex, "tool": tool, "args": args}
+        request: dict[str, Any] = {"op": OP_CALL, "id": f"{self._id_prefix}{next(self._ids):016x}", "tool": tool,
+                                   "args": args}
         line = _cell_line()
         if line is not None:
             request["line"] = line
@@ -98,7 +103,8 @@ class GateClient:
                       "pass a smaller value or split the call")
         return request, size
 
-    def submit(self, tool: str, args: dict[str, Any]) -> Future[Any]:
+    def submit(self, tool: str, args: dict[str, Any]) -> tuple[str, Future[Any]]:
+        """Send one call now; its reply resolves the returned future (from the control thread)."""
         request, _ = self._request(tool, args)
         future: Future[Any] = Future()
         with self._lock:
@@ -110,19 +116,20 @@ class GateClient:
             with self._lock:
                 self._pending.pop(request["id"], None)
             raise ToolUnavailable(tool, f"could not send the call to the gate: {exc}") from None
-        return future
+        return request["id"], future
 
-    def submit_soon(self, tool: str, args: dict[str, Any]) -> Future[Any]:
+    def submit_soon(self, tool: str, args: dict[str, Any]) -> tuple[str, asyncio.Future[Any]]:
         """Queue a call to leave with the others made in this turn of the running event loop."""
         request, size = self._request(tool, args)
-        future: Future[Any] = Future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
             self._pending[request["id"]] = (tool, future)
             self._outbox.append((request, size))
             first = len(self._outbox) == 1
         if first:
-            asyncio.get_running_loop().call_soon(self._send_outbox)
-        return future
+            loop.call_soon(self._send_outbox)
+        return request["id"], future
 
     def _send_outbox(self) -> None:
         with self._lock:
@@ -141,7 +148,7 @@ class GateClient:
                         future.set_exception(ToolUnavailable(tool, f"could not send the call to the gate: {exc}"))
 
     @contextlib.contextmanager
-    def _answer(self, tool: str, future: Future[Any]) -> Iterator[None]:
+    def _answer(self, tool: str, call_id: str) -> Iterator[None]:
         """Turn a reply into the cell's result or a clean ToolError (no runtime frames)."""
         __tracebackhide__ = True
         try:
@@ -153,48 +160,65 @@ class GateClient:
                 tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s"
             ) from None
         finally:
-            self._forget(future)
+            with self._lock:
+                self._pending.pop(call_id, None)
 
     def call(self, tool: str, args: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython: show the caller's line, not the runtime's
-        future = self.submit(tool, args)
-        with self._answer(tool, future):
+        call_id, future = self.submit(tool, args)
+        with self._answer(tool, call_id):
             return future.result(timeout=self._reply_wait)
 
     async def acall(self, tool: str, args: dict[str, Any]) -> Any:
         __tracebackhide__ = True
-        future = self.submit_soon(tool, args)
-        with self._answer(tool, future):
-            return await asyncio.wait_for(asyncio.wrap_future(future), self._reply_wait)
-
-    def _forget(self, future: Future[Any]) -> None:
-        with self._lock:
-            for key, (_, pending) in list(self._pending.items()):
-                if pending is future:
-                    del self._pending[key]
+        call_id, future = self.submit_soon(tool, args)
+        with self._answer(tool, call_id):
+            return await asyncio.wait_for(future, self._reply_wait)
 
     def resolve(self, data: Any) -> None:
-        """Deliver a host reply, or a batch of them (called on the kernel's control thread)."""
-        if isinstance(data, dict) and isinstance(data.get("batch"), list):
-            for item in data["batch"]:
-                self.resolve(item)
-            return
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-            return
-        with self._lock:
-            entry = self._pending.pop(data["id"], None)
-        if entry is None:
-            return
-        tool, future = entry
-        if future.done():
-            return
-        if data.get("ok") is True:
-            future.set_result(data.get("result"))
-            return
-        error = data.get("error") if isinstance(data.get("error"), dict) else {}
-        kind = str(error.get("kind", "failed"))
-        message = str(error.get("message", "the gate returned a malformed error"))
-        future.set_exception(error_for(kind, tool, message))
+        """Deliver a host reply, or a batch of them (called on the kernel's control thread).
+
+        Replies to async calls reach their event loop in one hand-off per
+        batch, so the calls they wake are made in one loop turn and leave as
+        one batch again.
+        """
+        items = data["batch"] if isinstance(data, dict) and isinstance(data.get("batch"), list) else [data]
+        by_loop: dict[Any, list[tuple[str, Any, Any]]] = {}
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                continue
+            with self._lock:
+                entry = self._pending.pop(item["id"], None)
+            if entry is None:
+                continue
+            tool, future = entry
+            if isinstance(future, asyncio.Future):
+                by_loop.setdefault(future.get_loop(), []).append((tool, future, item))
+            else:
+                _settle(tool, future, item)
+        for loop, replies in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, replies)
+            except RuntimeError:
+                pass  # that loop is closed: nobody waits for these any more
+
+
+def _settle_all(replies: list[tuple[str, Any, Any]]) -> None:
+    for tool, future, item in replies:
+        _settle(tool, future, item)
+
+
+def _settle(tool: str, future: Any, data: dict[str, Any]) -> None:
+    """Resolve one waiting call with its reply: a result, or the matching ToolError."""
+    if future.done():  # cancelled (a timeout) or already answered
+        return
+    if data.get("ok") is True:
+        future.set_result(data.get("result"))
+        return
+    error = data.get("error") if isinstance(data.get("error"), dict) else {}
+    kind = str(error.get("kind", "failed"))
+    message = str(error.get("message", "the gate returned a malformed error"))
+    future.set_exception(error_for(kind, tool, message))
 
 
 # Room for the batch's own fields and the comm message around it.
