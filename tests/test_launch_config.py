@@ -26,7 +26,7 @@ def test_a_restore_from_a_snapshot_has_the_same_flags() -> None:
     assert argv == ["/x/runsc", "--root=/r/state", "--network=none", "--host-uds=create", "--platform=systrap",
                     "restore", "--image-path=/run/cellgate/images/k", "--bundle=/r/b", "cg-1"]
     assert oci.checkpoint_argv("/x/runsc", "/r/state", "cg-1", "/i") == [
-        "/x/runsc", "--root=/r/state", "checkpoint", "--image-path=/i", "cg-1"]
+        "/x/runsc", "--root=/r/state", "checkpoint", "--compression=none", "--image-path=/i", "cg-1"]
 
 
 def test_process_is_unprivileged_with_limits() -> None:

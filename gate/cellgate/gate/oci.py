@@ -253,8 +253,11 @@ def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_
 
 
 def checkpoint_argv(runsc: str, state_root: str, sandbox_id: str, image: str) -> list[str]:
-    """Save a sandbox's state as an image; the sandbox stops."""
-    return [runsc, f"--root={state_root}", "checkpoint", f"--image-path={image}", sandbox_id]
+    """Save a sandbox's state as an image; the sandbox stops.
+
+    Uncompressed: a restore from a compressed image keeps ~50 MB more of host memory per sandbox.
+    """
+    return [runsc, f"--root={state_root}", "checkpoint", "--compression=none", f"--image-path={image}", sandbox_id]
 
 
 def etc_files(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> dict[str, str]:

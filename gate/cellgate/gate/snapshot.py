@@ -58,8 +58,8 @@ def image_key(spec_text: str, sandbox_root: str, runsc: Runsc) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 
-# Images kept; the least recently used go first (each is a few MB, on /run).
-MAX_IMAGES = 16
+# Images kept; the least recently used go first (each is ~40 MB, on /run).
+MAX_IMAGES = 8
 
 
 def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
