@@ -53,24 +53,82 @@ def row(name: str, values: list[float], unit: str = "ms", baseline: list[float] 
     return entry
 
 
-async def plain_kernel(cells: int) -> tuple[list[float], list[float]]:
-    starts, trips = [], []
-    for _ in range(3):
+class PlainKernel:
+    """A local ipykernel with no sandbox and no gate: the baseline."""
+
+    async def start(self) -> float:
         t = time.perf_counter()
-        km = AsyncKernelManager(kernel_name="python3")
-        await km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        await kc.wait_for_ready(timeout=60)
-        starts.append((time.perf_counter() - t) * 1000)
-        if not trips:
-            for _ in range(cells):
-                t = time.perf_counter()
-                await kc.execute_interactive("1", timeout=30, output_hook=lambda m: None)
-                trips.append((time.perf_counter() - t) * 1000)
-        kc.stop_channels()
-        await km.shutdown_kernel(now=True)
-    return starts, trips
+        self.km = AsyncKernelManager(kernel_name="python3")
+        await self.km.start_kernel()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        await self.kc.wait_for_ready(timeout=60)
+        return (time.perf_counter() - t) * 1000
+
+    async def trip(self) -> float:
+        t = time.perf_counter()
+        await self.kc.execute_interactive("1", timeout=30, output_hook=lambda m: None)
+        return (time.perf_counter() - t) * 1000
+
+    async def stop(self) -> None:
+        self.kc.stop_channels()
+        await self.km.shutdown_kernel(now=True)
+
+
+async def timed_start(session: Session) -> float:
+    t = time.perf_counter()
+    await session.start()
+    return (time.perf_counter() - t) * 1000
+
+
+async def timed_cell(session: Session) -> float:
+    t = time.perf_counter()
+    await session.execute("1")
+    return (time.perf_counter() - t) * 1000
+
+
+async def starts_side_by_side(folder: Path, rounds: int) -> dict[str, list[float]]:
+    """Cold starts, alternating plain / snapshot / snapshots off / first of a configuration, so drift hits all."""
+    out: dict[str, list[float]] = {"plain": [], "snapshot": [], "cold": [], "first": []}
+    warm = Session(notebook=folder / "warm.ipynb", cwd=folder)  # makes sure the image exists
+    await warm.start()
+    await warm.shutdown()
+    for attempt in range(rounds):
+        plain = PlainKernel()
+        out["plain"].append(await plain.start())
+        await plain.stop()
+        for kind, options in (("snapshot", {}), ("cold", {"snapshot": False}),
+                              ("first", {"memory_mb": 1100 + attempt})):  # a configuration with no image yet
+            session = Session(notebook=folder / f"start-{kind}-{attempt}.ipynb", cwd=folder, **options)
+            out[kind].append(await timed_start(session))
+            image = session.provisioner.sandbox.image
+            await session.shutdown()
+            if kind == "first" and image is not None:
+                discard(image.parent, image.name)
+    return out
+
+
+async def trips_side_by_side(folder: Path, cells: int) -> dict[str, list[float]]:
+    """Trivial cells, alternating between a plain kernel, cellgate, and cellgate without gVisor, all up at once.
+
+    The last one (isolation none: development only) separates what the gate and
+    the recording cost from what running inside gVisor costs.
+    """
+    plain = PlainKernel()
+    await plain.start()
+    trips: dict[str, list[float]] = {"plain": [], "cellgate": [], "unsandboxed": []}
+    async with Session(notebook=folder / "trips.ipynb", cwd=folder) as session, \
+            Session(notebook=folder / "trips-none.ipynb", cwd=folder, isolation="none") as unsandboxed:
+        for _ in range(10):  # warm all up
+            await plain.trip()
+            await timed_cell(session)
+            await timed_cell(unsandboxed)
+        for _ in range(cells):
+            trips["plain"].append(await plain.trip())
+            trips["cellgate"].append(await timed_cell(session))
+            trips["unsandboxed"].append(await timed_cell(unsandboxed))
+    await plain.stop()
+    return trips
 
 
 def sandbox_rss_mb(sandbox_id: str) -> float:
@@ -90,55 +148,31 @@ def sandbox_rss_mb(sandbox_id: str) -> float:
     return total / 1024
 
 
-async def cellgate_kernel(folder: Path, cells: int, calls: int) -> dict[str, list[float]]:
+SEQUENTIAL_CALLS = (
+    "import time\ntimes = []\n"
+    "for i in range({calls}):\n    t = time.perf_counter(); tools.echo('x'); times.append(time.perf_counter() - t)\n"
+    "print(' '.join(f'{{x * 1000:.4f}}' for x in times))")
+
+
+async def calls_and_memory(folder: Path, calls: int) -> dict[str, list[float]]:
     tools = folder / "echo_tools.py"
     tools.write_text(ECHO_TOOLS)
-    out: dict[str, list[float]] = {"start": [], "trip": [], "call": [], "gather": [], "rss": []}
-    for attempt in range(4):
-        t = time.perf_counter()
-        session = Session(tools=[tools], notebook=folder / f"bench-{attempt}.ipynb", cwd=folder)
-        await session.start()
-        if attempt:  # the first start of the run may build the configuration's snapshot image
-            out["start"].append((time.perf_counter() - t) * 1000)
-        if attempt == 1:
-            for _ in range(cells):
-                t = time.perf_counter()
-                await session.execute("1")
-                out["trip"].append((time.perf_counter() - t) * 1000)
+    out: dict[str, list[float]] = {"call": [], "gather": [], "rss": []}
+    async with Session(tools=[tools], notebook=folder / "calls-none.ipynb", cwd=folder, isolation="none") as session:
+        result = await session.execute(SEQUENTIAL_CALLS.format(calls=calls))
+        out["call_unsandboxed"] = [float(x) for x in result.stdout.split()]
+    async with Session(tools=[tools], notebook=folder / "calls.ipynb", cwd=folder) as session:
+        out["rss"].append(sandbox_rss_mb(session.provisioner.sandbox.id))
+        result = await session.execute(SEQUENTIAL_CALLS.format(calls=calls))
+        out["call"] = [float(x) for x in result.stdout.split()]
+        for _ in range(3):
             result = await session.execute(
-                "import time\ntimes = []\n"
-                f"for i in range({calls}):\n    t = time.perf_counter(); tools.echo('x'); times.append(time.perf_counter() - t)\n"
-                "print(' '.join(f'{x * 1000:.4f}' for x in times))")
-            out["call"] = [float(x) for x in result.stdout.split()]
-            for _ in range(3):
-                result = await session.execute(
-                    "import asyncio, time\nsem = asyncio.Semaphore(32)\n"
-                    "async def one(i):\n    async with sem:\n        return await tools.aio.echo(str(i))\n"
-                    f"t = time.perf_counter()\nawait asyncio.gather(*(one(i) for i in range({calls})))\n"
-                    f"print({calls} / (time.perf_counter() - t))")
-                out["gather"].append(float(result.stdout))
-            out["rss"].append(sandbox_rss_mb(session.provisioner.sandbox.id))
-        await session.shutdown()
+                "import asyncio, time\nsem = asyncio.Semaphore(32)\n"
+                "async def one(i):\n    async with sem:\n        return await tools.aio.echo(str(i))\n"
+                f"t = time.perf_counter()\nawait asyncio.gather(*(one(i) for i in range({calls})))\n"
+                f"print({calls} / (time.perf_counter() - t))")
+            out["gather"].append(float(result.stdout))
     return out
-
-
-async def first_and_cold_starts(folder: Path) -> tuple[list[float], list[float]]:
-    """Starts that build a snapshot image (a configuration's first), and starts with snapshots off."""
-    first, cold = [], []
-    for attempt in range(3):
-        t = time.perf_counter()
-        # A memory limit no other run uses: a configuration without an image yet.
-        session = Session(notebook=folder / f"first-{attempt}.ipynb", cwd=folder, memory_mb=1100 + attempt)
-        await session.start()
-        first.append((time.perf_counter() - t) * 1000)
-        image = session.provisioner.sandbox.image
-        await session.shutdown()
-        if image is not None:
-            discard(image.parent, image.name)
-        t = time.perf_counter()
-        async with Session(notebook=folder / f"cold-{attempt}.ipynb", cwd=folder, snapshot=False):
-            cold.append((time.perf_counter() - t) * 1000)
-    return first, cold
 
 
 class MemoryJournal(Journal):
@@ -209,16 +243,18 @@ async def pool_acquire(folder: Path, count: int) -> list[float]:
     return times
 
 
-async def northwind(folder: Path, mode: str = "full") -> list[float]:
-    times = []
-    for attempt in range(5):
-        with recording(mode):
-            async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{mode}-{attempt}.ipynb",
-                               cwd=folder) as s:
-                t = time.perf_counter()
-                result = await s.execute((NORTHWIND / "late_orders.py").read_text())
-                times.append((time.perf_counter() - t) * 1000)
-                assert result.stdout == "10000 312\n", result.text
+async def northwind(folder: Path, rounds: int) -> dict[str, list[float]]:
+    """The Northwind example recorded as shipped, without fsyncs, and not recorded, alternating."""
+    times: dict[str, list[float]] = {"full": [], "unsynced": [], "none": []}
+    for attempt in range(rounds):
+        for mode in times:
+            with recording(mode):
+                async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{mode}-{attempt}.ipynb",
+                                   cwd=folder) as s:
+                    t = time.perf_counter()
+                    result = await s.execute((NORTHWIND / "late_orders.py").read_text())
+                    times[mode].append((time.perf_counter() - t) * 1000)
+                    assert result.stdout == "10000 312\n", result.text
     return times
 
 
@@ -268,29 +304,29 @@ async def main() -> None:
     cells, calls = (20, 200) if args.quick else (100, 1000)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        plain_start, plain_trip = await plain_kernel(cells)
-        cg = await cellgate_kernel(folder, cells, calls)
-        first_start, cold = await first_and_cold_starts(folder)
+        starts = await starts_side_by_side(folder, 3 if args.quick else 5)
+        trips = await trips_side_by_side(folder, cells)
+        cg = await calls_and_memory(folder, calls)
         (folder / "pool").mkdir()
         acquire = await pool_acquire(folder, 5 if args.quick else 10)
-        nw = await northwind(folder)
-        nw_bare = await northwind(folder, "none")
-        nw_unsynced = await northwind(folder, "unsynced")
+        nw = await northwind(folder, 3 if args.quick else 7)
         first, last = await long_session(folder, args.long if not args.quick else 100)
         answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
     rows = [
-        row("cold start, plain ipykernel", plain_start),
-        row("cold start, cellgate (gVisor, snapshot image)", cg["start"], baseline=plain_start),
-        row("cold start, cellgate (gVisor, snapshots off)", cold, baseline=plain_start),
-        row("first start of a configuration (builds its image)", first_start, baseline=plain_start),
+        row("cold start, plain ipykernel", starts["plain"]),
+        row("cold start, cellgate (gVisor, snapshot image)", starts["snapshot"], baseline=starts["plain"]),
+        row("cold start, cellgate (gVisor, snapshots off)", starts["cold"], baseline=starts["plain"]),
+        row("first start of a configuration (builds its image)", starts["first"], baseline=starts["plain"]),
         row("pool acquire (warm sandbox)", acquire),
-        row("trivial cell round trip, plain", plain_trip),
-        row("trivial cell round trip, cellgate", cg["trip"], baseline=plain_trip),
+        row("trivial cell round trip, plain", trips["plain"]),
+        row("trivial cell round trip, cellgate", trips["cellgate"], baseline=trips["plain"]),
+        row("trivial cell, cellgate without gVisor (dev only)", trips["unsandboxed"], baseline=trips["plain"]),
         row("blocking gated call (sequential)", cg["call"]),
+        row("blocking gated call, without gVisor (dev only)", cg["call_unsandboxed"]),
         row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
-        row("Northwind example (313 calls), not recorded", nw_bare),
-        row("Northwind example (313 calls), recorded", nw, baseline=nw_bare),
-        row("Northwind, recorded without fsyncs (the bound)", nw_unsynced, baseline=nw_bare),
+        row("Northwind example (313 calls), not recorded", nw["none"]),
+        row("Northwind example (313 calls), recorded", nw["full"], baseline=nw["none"]),
+        row("Northwind, recorded without fsyncs (the bound)", nw["unsynced"], baseline=nw["none"]),
         row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
         row("trivial cell, cells 1-20 of a long session", first),
         row(f"trivial cell, last 20 of {args.long if not args.quick else 100} cells", last, baseline=first),
