@@ -175,34 +175,6 @@ async def calls_and_memory(folder: Path, calls: int) -> dict[str, list[float]]:
     return out
 
 
-class MemoryJournal(Journal):
-    """The journal's records and hashes, kept in memory: no file, no fsync."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.broken, self.seq, self.head, self.synced = path, None, 0, GENESIS, 0
-        self._lock = threading.Lock()
-        self._file = io.StringIO()
-
-    def append(self, event: str, sync: bool = False, **data: object) -> dict:
-        record = super().append(event, sync=False, **data)
-        self.synced = self.seq
-        return record
-
-    def sync(self) -> int:
-        self.synced = self.seq
-        return self.synced
-
-
-class UnrecordedRecorder(recorder.Recorder):
-    """The same bookkeeping without the journal file or the notebook: the baseline for recording's cost."""
-
-    def write_notebook(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class UnsyncedJournal(Journal):
     """The journal file without its fsyncs: shows what the write-ahead intent fsync costs."""
 
@@ -214,6 +186,25 @@ class UnsyncedJournal(Journal):
     def sync(self) -> int:
         self.synced = self.seq
         return self.synced
+
+
+class MemoryJournal(UnsyncedJournal):
+    """The journal's records and hashes, kept in memory: no file, no fsync."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.broken, self.seq, self.head, self.synced = path, None, 0, GENESIS, 0
+        self._lock = threading.Lock()
+        self._file = io.StringIO()
+
+
+class UnrecordedRecorder(recorder.Recorder):
+    """The same bookkeeping without the journal file or the notebook: the baseline for recording's cost."""
+
+    def write_notebook(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 @contextlib.contextmanager
