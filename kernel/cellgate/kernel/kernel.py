@@ -22,7 +22,6 @@ import traceback
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
-from jupyter_client.session import DELIM
 from traitlets import Float
 
 from . import runtime
@@ -203,8 +202,13 @@ class CellgateKernel(IPythonKernel):
         call itself; the reply is still deserialised with its signature
         checked, and handled on this (control) thread as before.
         """
-        if self.session is not None and _msg_type(msg) == "comm_msg":
-            _, parts = self.session.feed_identities(msg, copy=False)
+        if self.session is None:
+            return
+        try:
+            _, parts = self.session.feed_identities(msg, copy=False)  # a view: ``msg`` stays whole
+        except ValueError:
+            parts = []  # no delimiter: ipykernel's own handling reports it
+        if _msg_type(parts) == "comm_msg":
             try:
                 reply = self.session.deserialize(parts, content=True, copy=False)
             except Exception:
@@ -220,11 +224,10 @@ class CellgateKernel(IPythonKernel):
             self.gate_client.resolve(content.get("data"))
 
 
-def _msg_type(frames: list[Any]) -> str | None:
-    """The msg_type of a raw message, read from its header frame only (no signature check yet)."""
+def _msg_type(parts: list[Any]) -> str | None:
+    """The msg_type of a message (signature, header, ...), read from its header alone: nothing checked yet."""
     try:
-        at = [bytes(frame) for frame in frames].index(DELIM)
-        header = json.loads(bytes(frames[at + 2]))
+        header = json.loads(bytes(parts[1]))
     except (ValueError, IndexError, TypeError):
         return None
     return header.get("msg_type") if isinstance(header, dict) else None
