@@ -104,3 +104,10 @@ def test_images_are_built_once_and_the_least_recently_used_are_pruned(tmp_path: 
     with pytest.raises(OSError, match="disk full"):
         snapshot.ensure_image(tmp_path, "d", broken)
     assert not (tmp_path / "d").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_build_left_half_done_by_a_dead_process_is_cleared(tmp_path: Path) -> None:
+    (tmp_path / ".k.dead0001").mkdir()
+    (tmp_path / ".k.dead0001" / "pages.img").write_text("half")
+    snapshot.ensure_image(tmp_path, "k", lambda target: (target / "checkpoint.img").write_text("state"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.lock"]

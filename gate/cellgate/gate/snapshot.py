@@ -73,6 +73,8 @@ def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
         if image.is_dir():
             return image
+        for stale in folder.glob(f".{key}.*"):  # a build whose process died; nobody else holds the lock
+            shutil.rmtree(stale, ignore_errors=True)
         partial = folder / f".{key}.{secrets.token_hex(4)}"
         partial.mkdir(mode=0o700)
         try:
