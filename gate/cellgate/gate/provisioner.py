@@ -171,24 +171,25 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         return dict(self.connection_info)
 
     async def _start_sandbox(self, config: SandboxConfig, key: str) -> Sandbox:
-        assert self.settings is not None
-        sandbox = Sandbox(config, self.tools_files, key)
-        self.sandbox = sandbox
-        await asyncio.to_thread(sandbox.start)
         try:
-            await asyncio.to_thread(sandbox.wait_for_sockets, self.settings.sandbox.start_timeout)
+            return await self._launch(Sandbox(config, self.tools_files, key))
         except SandboxError as exc:
-            if sandbox.image is None:
+            failed = self.sandbox
+            if failed is None or failed.image is None:
                 raise
             # A snapshot that does not restore (a damaged image, a runsc that cannot) costs one
             # cold start, not the session: drop the image and start this sandbox cold.
-            await asyncio.to_thread(sandbox.delete)
-            await asyncio.to_thread(sandbox.discard_image)
-            sandbox = Sandbox(replace(config, snapshot=False), self.tools_files, key)
-            sandbox.snapshot_problem = f"the snapshot image did not restore: {str(exc)[:300]}"
-            self.sandbox = sandbox
-            await asyncio.to_thread(sandbox.start)
-            await asyncio.to_thread(sandbox.wait_for_sockets, self.settings.sandbox.start_timeout)
+            await asyncio.to_thread(failed.delete)
+            await asyncio.to_thread(failed.discard_image)
+            cold = Sandbox(replace(config, snapshot=False), self.tools_files, key)
+            cold.snapshot_problem = f"the snapshot image did not restore: {str(exc)[:300]}"
+            return await self._launch(cold)
+
+    async def _launch(self, sandbox: Sandbox) -> Sandbox:
+        assert self.settings is not None
+        self.sandbox = sandbox
+        await asyncio.to_thread(sandbox.start)
+        await asyncio.to_thread(sandbox.wait_for_sockets, self.settings.sandbox.start_timeout)
         return sandbox
 
     async def shutdown_requested(self, restart: bool = False) -> None:
