@@ -87,11 +87,14 @@ def _add_install(sub: Any) -> None:
     where.add_argument("--prefix", help="under this prefix")
 
     def run(a: argparse.Namespace) -> int:
+        from . import hostkey
         from .kernelspec import install
 
         prefix = a.prefix if a.prefix else (None if a.user else sys.prefix)
         path = install(user=a.user, prefix=prefix)
         print(f"installed kernelspec 'cellgate' in {path}")
+        key = hostkey.load()
+        print(f"host key {key.key_id} at {key.path} (signs audit records; keep it out of run folders)")
         return 0
 
     p.set_defaults(run=run)
