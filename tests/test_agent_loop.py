@@ -114,8 +114,10 @@ def test_code_mode_runs_each_program_as_a_cell_and_records_the_turns(tmp_path: P
     # The whole notebook, run-specific values normalized, against the golden one (regenerate with
     # CELLGATE_UPDATE_SNAPSHOTS=1 and review the diff).
     normalized = json.dumps(normalize_notebook(nb), indent=1, sort_keys=True) + "\n"
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS"):
+    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
         GOLDEN.write_text(normalized)
+        pytest.fail(f"wrote {GOLDEN.name}; review `git diff tests/snapshots`, then rerun without "
+                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the golden notebook never passes)")
     assert normalized == GOLDEN.read_text()
 
     assert cellgate("verify", str(notebook)).returncode == 0

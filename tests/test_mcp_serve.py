@@ -92,7 +92,8 @@ def http_serve(tmp_path: Path, runsc: object) -> Iterator[str]:
     wait_for_port(port, process, f"cellgate mcp serve did not start; see {tmp_path / 'serve.log'}")
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
-    assert process.wait(60) is not None
+    # It stops on SIGTERM by itself (wait raises TimeoutExpired if it hangs), closing its sessions.
+    assert process.wait(60) in (0, -15), (tmp_path / "serve.log").read_text()[-2000:]
     log.close()
 
 

@@ -25,6 +25,8 @@ def test_northwind_stubs_match_the_snapshot() -> None:
         for name, text in files.items():
             (SNAPSHOT / name).parent.mkdir(parents=True, exist_ok=True)
             (SNAPSHOT / name).write_text(text)
+        pytest.fail("wrote tests/snapshots/northwind_tools; review `git diff tests/snapshots`, then rerun without "
+                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the snapshot never passes)")
     assert sorted(files) == sorted(str(p.relative_to(SNAPSHOT)) for p in SNAPSHOT.rglob("*.py"))
     for name, text in files.items():
         assert text == (SNAPSHOT / name).read_text(), (
@@ -53,13 +55,24 @@ def test_hostile_descriptions_cannot_inject_code() -> None:
     }
     files = stubgen.generate([hostile])
     tree = ast.parse(files["tools/__init__.py"])
-    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert all(getattr(n, "module", None) in ("typing", "cellgate.kernel", "cellgate.kernel.errors", None) for n in imports)
-    assert not any(isinstance(n, ast.Import) and n.names[0].name == "os" for n in imports)
-    namespace: dict[str, object] = {}
+    benign = stubgen.generate([{**hostile, "description": "", "parameters": {"type": "object"}}])
+    assert imported_modules(tree) == imported_modules(ast.parse(benign["tools/__init__.py"]))
+    assert "os" not in imported_modules(tree)
     function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "innocent")
     assert ast.get_docstring(function).startswith("'''\nimport os")
-    del namespace
+    defaults = [d for d in function.args.defaults + function.args.kw_defaults if isinstance(d, ast.Constant)]
+    assert [d.value for d in defaults] == ["')\nimport os#"]
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    """Every module a generated file imports, from `import a.b` and `from a import b` alike."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+    return names
 
 
 @pytest.mark.parametrize("name", ["1abc", "class", "a-b", "_private", "search", "a b"])
