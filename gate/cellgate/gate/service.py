@@ -204,11 +204,14 @@ class GateService:
         """Journal hostile or malformed input, bounded per kind so a flood cannot fill the disk."""
         self._protocol_counts[kind] += 1
         count = self._protocol_counts[kind]
-        if count <= PROTOCOL_EVENTS_PER_KIND:
-            self.recorder.event(kind, **data)
-        elif count in (PROTOCOL_EVENTS_PER_KIND + 1, 1000, 100_000):
-            self.recorder.event("protocol-events-suppressed", kind=kind, count=count,
-                                note=f"further {kind} events are counted, not journalled one by one")
+        try:
+            if count <= PROTOCOL_EVENTS_PER_KIND:
+                self.recorder.event(kind, **data)
+            elif count in (PROTOCOL_EVENTS_PER_KIND + 1, 1000, 100_000):
+                self.recorder.event("protocol-events-suppressed", kind=kind, count=count,
+                                    note=f"further {kind} events are counted, not journalled one by one")
+        except JournalError:
+            pass  # a journal that cannot be written refuses every call; its failure is reported where it broke
 
     def protocol_counts(self) -> dict[str, int]:
         """How many hostile or malformed inputs of each kind this session has seen."""
@@ -278,7 +281,7 @@ class GateService:
         self._spawn(self._watch_process(sandbox), back=True)
         if self._oom is not None:
             self._oom.close()
-        self._oom = OomWatch(sandbox.id, lambda: self.recorder.event("memory-limit-hit", sandbox=sandbox.id))
+        self._oom = OomWatch(sandbox.id, lambda: self._event("memory-limit-hit", sandbox=sandbox.id))
         if sandbox.config.isolation == "gvisor" and not self._oom.start(self.loop):
             self.recorder.event("memory-accounting-unavailable", note="an OOM kill will be reported as kernel-died")
         self.recorder.event("kernel-attached", sandbox=sandbox.describe())
@@ -355,6 +358,9 @@ class GateService:
             frames = await src.recv_multipart()
             try:
                 forward = self._on_iopub(frames)
+            except JournalError as exc:  # not the kernel's doing: the disk under the journal failed
+                self.recorder_failure(exc)
+                forward = True
             except Exception as exc:  # hostile input must never stop the pump
                 self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
@@ -647,6 +653,13 @@ class GateService:
                 "kind": "unavailable", "message": f"the gate could not serve {request.tool!r}: {type(exc).__name__}"}}
         await self._reply(comm_id, reply)
 
+    def _event(self, kind: str, **data: Any) -> None:
+        """Journal an event of the kernel's life; a broken journal must not stop the cells from ending."""
+        try:
+            self.recorder.event(kind, **data)
+        except JournalError:
+            pass  # reported where it broke; every call is refused from then on
+
     def recorder_failure(self, exc: Exception) -> None:
         try:
             self.recorder.event("gate-error", error=f"{type(exc).__name__}: {exc}"[:500])
@@ -710,14 +723,14 @@ class GateService:
         if self.sandbox is not sandbox or self._stopping:
             return
         if self._exit_expected:
-            self.recorder.event("kernel-exited", exit_code=code)
+            self._event("kernel-exited", exit_code=code)
             return
         if self._killed_by_host is sandbox:
-            self.recorder.event("kernel-killed", exit_code=code)
+            self._event("kernel-killed", exit_code=code)
             self._fail_queue("killed", "killed-by-host")
             return
         if self._oom is not None and self._oom.hit:
-            self.recorder.event("kernel-died", exit_code=code, cause="memory")
+            self._event("kernel-died", exit_code=code, cause="memory")
             head = self._running()
             if head is not None:
                 head.error = {"ename": "SandboxMemoryLimit", "evalue": (
@@ -725,7 +738,7 @@ class GateService:
                     "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
             self._fail_queue("memory", "memory")
             return
-        self.recorder.event("kernel-died", exit_code=code)
+        self._event("kernel-died", exit_code=code)
         self._fail_queue("kernel-died", "kernel-died")
 
     def _fail_queue(self, status: str, reason: str) -> None:
