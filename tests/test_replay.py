@@ -107,3 +107,28 @@ def test_interactive_replay_leaves_a_kernel_to_fix_the_failed_cell(recorded) -> 
     assert [c.source for c in nb.cells][-2:] == ["print(len(rows), receipt)",
                                                   "print(rows[0]['amount'] + rows[1]['amount'])"]
     assert count.read_text() == ""
+
+
+def test_replay_stops_at_the_failed_cell_and_runs_none_after_it(tmp_path: Path, runsc: object,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from cellgate.gate.testing import BlockingSession
+
+    count = tmp_path / "count"
+    monkeypatch.setenv("CELLGATE_TEST_COUNT_FILE", str(count))
+    notebook = tmp_path / "run.ipynb"
+    with BlockingSession(tools=[COUNTED], notebook=notebook, cwd=tmp_path) as box:
+        assert box.execute("print(tools.charge(1))").ok
+        assert box.execute("1 / 0").status == "error"
+        assert box.execute("print(tools.charge(3))").ok  # the run went on after its failure
+    assert count.read_text().splitlines() == ["1", "3"]
+    count.write_text("")
+    # With charge live, any cell replayed after the failure would show in the count.
+    done = cellgate("replay", str(notebook), "--live", "charge", count=count)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[:3] == [
+        "cell 1: recorded ok, replayed ok", "cell 2: recorded error, replayed error",
+        "the recorded failure of cell 2 (ZeroDivisionError: division by zero) reproduced"]
+    assert "cell 3" not in done.stdout
+    assert count.read_text() == "1\n"  # cell 1's live charge ran again; cell 3's never did
+    replayed = nbformat.read(notebook.with_name("run.replay.ipynb"), as_version=4)
+    assert [c.source for c in replayed.cells if c.cell_type == "code"] == ["print(tools.charge(1))", "1 / 0"]
