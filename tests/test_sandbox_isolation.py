@@ -15,20 +15,18 @@ pytestmark = pytest.mark.gvisor
 
 @pytest.fixture(scope="module")
 def canaries(tmp_path_factory: pytest.TempPathFactory):
-    """Host secrets and files the sandbox must never see, set before it starts."""
+    """Host secrets and files the sandbox must never see, set before it starts: a canary in the
+    host process's home and working folders (both made for the test) and an API key in its environment."""
     tok = token()
-    names = {"home": Path.home() / f"cellgate-canary-{tok}", "cwd": Path.cwd() / f"cellgate-canary-{tok}"}
-    for path in names.values():
-        path.write_text(f"canary {tok}\n")
-    old = os.environ.get("ANTHROPIC_API_KEY")
-    os.environ["ANTHROPIC_API_KEY"] = f"sk-ant-canary-{tok}"
-    yield tok
-    for path in names.values():
-        path.unlink(missing_ok=True)
-    if old is None:
-        os.environ.pop("ANTHROPIC_API_KEY", None)
-    else:
-        os.environ["ANTHROPIC_API_KEY"] = old
+    home, cwd = tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("cwd")
+    for folder in (home, cwd):
+        (folder / f"cellgate-canary-{tok}").write_text(f"canary {tok}\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.chdir(cwd)
+        patch.setenv("ANTHROPIC_API_KEY", f"sk-ant-canary-{tok}")
+        assert Path.home() == home
+        yield tok
 
 
 @pytest.fixture(scope="module")
