@@ -111,7 +111,7 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
         notes.append({"mime": mime[:200], "action": action})
 
     html_parts: list[str] = []
-    for mime, value in data.items():
+    for mime, value in sorted(data.items(), key=lambda item: str(item[0])):  # the journal stores keys sorted
         mime = str(mime)
         if mime in trusted:
             out[mime] = value
