@@ -26,6 +26,11 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.session import Session
 
+from cellgate.extensions.anthropic.view import cell_view
+from cellgate.extensions.mcp.serve import cell_text
+from cellgate.gate.config import load_settings
+from cellgate.gate.errors import ConfigError
+
 pytestmark = pytest.mark.gvisor
 
 SAFE_TYPES = {"text/plain", "text/html", "text/latex", "application/json", "image/png", "image/jpeg", "image/gif",
@@ -172,13 +177,13 @@ def test_checker_finds_every_payload_unsanitized() -> None:
 
 
 @pytest.fixture()
-def frontend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Any:
+def frontend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Any:
     done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "install", "--prefix", str(tmp_path / "prefix")],
                           capture_output=True, text=True, check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
     config = tmp_path / "cellgate.toml"
-    config.write_text('[audit]\ndir = "audit"\n')
+    config.write_text('[audit]\ndir = "audit"\n' + getattr(request, "param", ""))
     monkeypatch.setenv("CELLGATE_CONFIG", str(config))
     km = KernelManager(kernel_name="cellgate")
     km.start_kernel()
@@ -296,3 +301,49 @@ def check_record(notebook: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "verify", str(notebook)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("frontend", ['[frontend]\ntrusted_mime = ["text/html"]\nallow_comms = true\n'],
+                         indirect=True)
+def test_trusted_mime_and_comms_pass_only_when_the_operator_says_so(frontend: Any) -> None:
+    km, kc, audit = frontend
+    code = ("from IPython.display import HTML, Javascript, display\nimport comm\n"
+            "display(HTML('<b onclick=\"x()\">trusted</b>'))\ndisplay(Javascript('x()'))\n"
+            "c = comm.create_comm(target_name='jupyter.widget', data={'state': {}})")
+    reply, messages = run_and_collect(kc, code)
+    assert reply["content"]["status"] == "ok"
+    displays = [m["content"] for m in messages if m["msg_type"] == "display_data"]
+    assert displays[0]["data"]["text/html"] == '<b onclick="x()">trusted</b>'  # as the kernel sent it
+    assert "application/javascript" not in displays[1]["data"]  # only the named type is trusted
+    assert any(m["msg_type"] == "comm_open" and m["content"]["target_name"] == "jupyter.widget" for m in messages)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+    (notebook,) = sorted(audit.glob("*.ipynb"))
+    nb = nbformat.read(notebook, as_version=4)
+    assert nb.metadata.cellgate.frontend == {"outputs": "sanitized", "trusted_mime": ["text/html"], "allow_comms": True}
+    assert nb.cells[0].outputs[0]["data"]["text/html"] == '<b onclick="x()">trusted</b>'
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "verify", str(notebook)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_session_results_and_the_models_views_are_sanitized(session_factory: Any) -> None:
+    box = session_factory()
+    result = box.execute("from IPython.display import HTML, Javascript, display\n"
+                         "display(Javascript('alert(1)'))\nHTML('<img src=x onerror=alert(1)>ok')")
+    assert result.status == "ok"
+    assert all(bundle_problems(o["data"], "result") == [] for o in result.outputs if "data" in o)
+    assert result.outputs[1]["data"]["text/html"] == "<img>ok"
+    assert "[cellgate removed output of type application/javascript" in result.text
+    assert "[cellgate removed output of type application/javascript" in cell_view(result, "nb", 10_000, 1000)[0]["text"]
+    assert "alert" not in cell_text(result)
+
+
+def test_trusted_mime_must_name_a_mime_type(tmp_path: Path) -> None:
+    config = tmp_path / "cellgate.toml"
+    config.write_text('[frontend]\ntrusted_mime = ["html"]\n')
+    with pytest.raises(ConfigError, match=r"frontend.trusted_mime.* 'html' is not a MIME type"):
+        load_settings(config)
+    config.write_text('[frontend]\nallow_widgets = true\n')
+    with pytest.raises(ConfigError, match="unknown key 'frontend.allow_widgets'"):
+        load_settings(config)
