@@ -12,7 +12,10 @@ kernel's ipc sockets. On the way it:
   (host state; a call when no cell runs is refused) and replying on control;
 - collects each cell's outputs, enforces the wall-clock timeout (interrupt,
   grace, kill) and writes the audit notebook when the cell ends;
-- keeps its own comm traffic away from frontends.
+- keeps its own comm traffic away from frontends;
+- never forwards the kernel's frames to frontends: the kernel has its own key,
+  and every message is rebuilt, its outputs sanitized, and signed with the
+  frontends' key (``relaywire``, ``sanitize``).
 """
 
 from __future__ import annotations
