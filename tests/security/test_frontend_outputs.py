@@ -39,7 +39,8 @@ BAD_ELEMENTS = {"script", "iframe", "object", "embed", "base", "meta", "form", "
                 "applet", "svg", "math", "template", "input", "button", "textarea", "portal", "noscript"}
 URL_ATTRIBUTES = {"href", "src", "action", "formaction", "xlink:href", "background", "poster", "data", "cite",
                   "srcset", "longdesc", "lowsrc", "dynsrc", "ping"}
-TEX_ACTIVE = re.compile(r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*)"
+TEX_ACTIVE = re.compile(r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*|bbox"
+                        r"|enclose|mmlToken)"
                         r"(?![A-Za-z])")
 
 PAYLOADS_HTML = [
@@ -62,7 +63,7 @@ PAYLOADS_HTML = [
     "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>",
     "<noscript><p title=\"</noscript><img src=x onerror=alert(1)>\">",
     "<img src=\"https://attacker.invalid/beacon.png\"><img src=\"data:text/html;base64,PHNjcmlwdD4=\">",
-    "<p>math: $\\href{javascript:alert(1)}{click}$ and $\\style{position:fixed}{x}$</p>",
+    "<p>math: $\\href{javascript:alert(1)}{click}$ and $\\style{position:fixed}{x}$ $\\bbox[background:url(x)]{y}$</p>",
     "<details open ontoggle=alert(1)><summary>t</summary></details>",
 ]
 SVG_ACTIVE = ('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script>alert(2)</script>'

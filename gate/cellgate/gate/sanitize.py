@@ -48,7 +48,9 @@ _DATA_IMAGE = re.compile(r"^\s*data:image/(png|jpeg|gif|webp|svg\+xml)[;,]", re.
 # MathJax (TeX input, html/action/unicode/require packages) turns these into links, styles, classes,
 # tooltips or package loads; JupyterLab typesets math in HTML, markdown and LaTeX outputs.
 _TEX_ACTIVE = re.compile(
-    r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*)(?![A-Za-z])")
+    r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*|bbox|enclose"
+    r"|mmlToken)(?![A-Za-z])")
+MAX_MARKDOWN = 1 << 20  # rendered on the host's relay thread: a larger one is shown as text
 _URL_ATTRIBUTES = frozenset({"href", "src", "cite", "longdesc", "action", "formaction", "background", "poster"})
 # Removed with everything inside them (the others are unwrapped to their text).
 _CLEAN_CONTENT = {"script", "style", "template", "iframe", "object", "embed", "noscript", "svg", "math", "xmp",
@@ -132,6 +134,9 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
             out[mime] = cleaned
             if cleaned != text:
                 note(mime, "cleaned")
+        elif mime == "text/markdown" and text is not None and len(text) > MAX_MARKDOWN:
+            out.setdefault("text/plain", text)
+            note(mime, f"shown as text/plain (over {MAX_MARKDOWN} characters)")
         elif mime == "text/markdown" and text is not None:
             html_parts.append(clean_html(_MARKDOWN.render(text)))
             note(mime, "rendered to sanitized text/html")
