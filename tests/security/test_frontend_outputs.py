@@ -348,3 +348,23 @@ def test_trusted_mime_must_name_a_mime_type(tmp_path: Path) -> None:
     config.write_text('[frontend]\nallow_widgets = true\n')
     with pytest.raises(ConfigError, match="unknown key 'frontend.allow_widgets'"):
         load_settings(config)
+
+
+def test_what_nbclient_writes_to_disk_is_sanitized(frontend: Any, tmp_path: Path) -> None:
+    from nbclient import NotebookClient
+
+    km, kc, _ = frontend
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)  # nbclient starts its own kernel from the same kernelspec
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from IPython.display import HTML, Javascript, Markdown, display\n"
+        "display(Javascript('alert(1)'))\ndisplay(Markdown('<img src=x onerror=alert(1)> *md*'))\n"
+        "HTML('<script>alert(1)</script><iframe srcdoc=x></iframe>shown')")]
+    NotebookClient(nb, kernel_name="cellgate", timeout=120, startup_timeout=60).execute()
+    written = tmp_path / "executed.ipynb"
+    nbformat.write(nb, written)
+    outputs = nbformat.read(written, as_version=4).cells[0].outputs
+    assert [bundle_problems(o["data"], "nbclient") for o in outputs] == [[], [], []]
+    assert outputs[1]["data"]["text/html"].strip() == "<p><img> <em>md</em></p>"
+    assert outputs[2]["data"]["text/html"] == "shown"
