@@ -386,19 +386,22 @@ class GateService:
             except Exception as exc:  # hostile input must never stop the pump
                 self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
-            if forward is None:
-                continue
-            try:  # rebuilt from the parsed message, sanitized, signed with the frontends' key: never the kernel's frames
-                out = relaywire.iopub_frames(forward, self._front_session, self.trusted_mime, self.allow_comms)
-            except Exception as exc:
-                self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
-                continue
-            if out is None:
-                self.protocol_event("comm-blocked", msg_type=forward["header"].get("msg_type"),
-                                    target=str(forward["content"].get("target_name", ""))[:200],
-                                    note="kernel comms do not reach frontends unless [frontend] allow_comms = true")
-                continue
-            await dst.send_multipart(out)
+            out = self._iopub_out(forward) if forward is not None else None
+            if out is not None:
+                await dst.send_multipart(out)
+
+    def _iopub_out(self, msg: dict[str, Any]) -> list[bytes] | None:
+        """The frames frontends get for a kernel's IOPub message: rebuilt, sanitized, signed with their key."""
+        try:
+            out = relaywire.iopub_frames(msg, self._front_session, self.trusted_mime, self.allow_comms)
+        except Exception as exc:
+            self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
+            return None
+        if out is None:
+            self.protocol_event("comm-blocked", msg_type=msg["header"].get("msg_type"),
+                                target=str(msg["content"].get("target_name", ""))[:200],
+                                note="kernel comms do not reach frontends unless [frontend] allow_comms = true")
+        return out
 
     # ---------------------------------------------------- frontend requests
     def _parse(self, session: Session, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
