@@ -311,7 +311,7 @@ class GateService:
     async def _stop(self) -> None:
         self._stopping = True
         if self._protocol_counts:
-            self.recorder.event("protocol-event-counts", counts=dict(self._protocol_counts))
+            self._event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
             await self._detach("session-ended")
         if self._oom is not None:
