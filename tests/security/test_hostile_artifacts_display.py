@@ -198,6 +198,30 @@ def test_H13_the_scrubbed_run_still_verifies(secret_run) -> None:
     assert "verified" in done.stdout
 
 
+def test_H13_scrubbing_stays_linear_with_thousands_of_secrets() -> None:
+    """A tool that marks a new value secret on each of 5,000 calls: each record is still one scan."""
+    from cellgate.gate.scrubber import SecretScrubber
+
+    kept = SecretScrubber()
+    kept.add("abcdefgh", "long")
+    kept.add("cdef", "short")  # inside the longer one: the longer match wins there
+    kept.add("abc", "too short")  # under MIN_CHARS: never scrubbed
+    assert kept.scrub_text("abcdefgh cdef abc") == "[secret: long] [secret: short] abc"
+    tokens = [f"tok-{i:06d}-{os.urandom(6).hex()}" for i in range(5000)]
+    start = time.perf_counter()
+    for index, value in enumerate(tokens):
+        kept.add(value, f"issue_token result {index}")
+    adding = time.perf_counter() - start
+    text = " ".join(tokens[::500]) + " plain output line\n" * 50_000  # about 1 MB
+    start = time.perf_counter()
+    scrubbed = kept.scrub({"output_type": "stream", "text": text})["text"]
+    scanning = time.perf_counter() - start
+    assert not any(t in scrubbed for t in tokens) and scrubbed.startswith("[secret: issue_token result 0] ")
+    assert scrubbed.count("[secret: issue_token result") == 10
+    # Generous bounds for a shared machine; rebuilding one pattern of every secret per call took minutes.
+    assert adding < 20 and scanning < 5, (adding, scanning)
+
+
 # ------------------------------------------------------------------ H14 the approval view
 
 APPROVE_POLICY = f'''

@@ -21,10 +21,11 @@ turn up everywhere by chance).
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import ahocorasick_rs
 
 from . import hostkey
 from .errors import ConfigError
@@ -47,11 +48,14 @@ class SecretScrubber:
         self._key: hostkey.HostKey | None = None
         self._key_problem: str | None = None
         self._markers: dict[str, str] = {}  # every form of every secret -> its marker
-        self._pattern: re.Pattern[str] | None = None
+        # Automatons over the forms, largest first, merged like a binary counter: a tool that returns a
+        # new secret on each of thousands of calls costs O(log n) scans per text and an amortised
+        # O(log n) rebuilds per secret, never a rebuild of everything per call.
+        self._levels: tuple[tuple[list[str], ahocorasick_rs.AhoCorasick], ...] = ()
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return bool(self._levels)
 
     def add(self, value: Any, name: str) -> None:
         """Remember ``value`` (a string, or the strings inside a JSON value) as secret, named ``name``."""
@@ -60,38 +64,54 @@ class SecretScrubber:
             texts.append(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
         marker = f"[secret: {name}]"
         with self._lock:
-            added = False
+            new = []
             for text in texts:
                 for form in _forms(text):
                     if form not in self._markers:
                         self._markers[form] = marker
-                        added = True
-            if added:  # longest first: the alternation then takes the longest match at each place
-                forms = sorted(self._markers, key=len, reverse=True)
-                self._pattern = re.compile("|".join(map(re.escape, forms)))
+                        new.append(form)
+            if not new:
+                return
+            levels = [*self._levels, _compile(new)]
+            while len(levels) >= 2 and len(levels[-1][0]) >= len(levels[-2][0]):
+                top, below = levels.pop(), levels.pop()
+                levels.append(_compile(below[0] + top[0]))
+            self._levels = tuple(levels)  # swapped whole: readers on other threads see the old or the new
 
     def scrub_text(self, text: str) -> str:
-        pattern = self._pattern
-        if pattern is None:
+        """``text`` with every occurrence of a known secret replaced by its marker (one scan per level)."""
+        levels = self._levels
+        if not levels:
             return text
+        found = [(start, start - end, forms[index])
+                 for forms, automaton in levels for index, start, end in automaton.find_matches_as_indexes(text)]
+        if not found:
+            return text
+        if len(levels) > 1:
+            found.sort()  # leftmost first, and the longest of those starting at one place
         markers = self._markers
-        return pattern.sub(lambda match: markers[match.group(0)], text)
+        parts, position = [], 0
+        for start, negative_length, form in found:
+            if start < position:
+                continue
+            parts += [text[position:start], markers[form]]
+            position = start - negative_length
+        parts.append(text[position:])
+        return "".join(parts)
 
     def scrub(self, value: Any) -> Any:
         """``value`` (JSON-like: dicts, lists, strings) with every known secret replaced by its marker."""
-        pattern = self._pattern
-        if pattern is None:
+        if not self._levels:
             return value
-        return self._walk(value, pattern)
+        return self._walk(value)
 
     def scrub_record(self, data: dict[str, Any]) -> dict[str, Any]:
         """A journal record's fields scrubbed, but for the identifiers that tie records together (a cell's
         ``msg_id``, a call's ``id`` and idempotency key): a short secret that happens to occur inside a
         random id must not unhook a cell from its outputs."""
-        pattern = self._pattern
-        if pattern is None:
+        if not self._levels:
             return data
-        scrubbed = {k: (v if k == "msg_id" else self._walk(v, pattern)) for k, v in data.items()}
+        scrubbed = {k: (v if k == "msg_id" else self._walk(v)) for k, v in data.items()}
         call = data.get("call")
         if isinstance(call, dict) and isinstance(scrubbed.get("call"), dict):
             for key in ("id", "idempotency_key"):
@@ -99,16 +119,13 @@ class SecretScrubber:
                     scrubbed["call"][key] = call[key]
         return scrubbed
 
-    def _walk(self, value: Any, pattern: re.Pattern[str]) -> Any:
+    def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
-            if pattern.search(value) is None:
-                return value
-            markers = self._markers
-            return pattern.sub(lambda match: markers[match.group(0)], value)
+            return self.scrub_text(value)
         if isinstance(value, dict):
-            return {self._walk(k, pattern): self._walk(v, pattern) for k, v in value.items()}
+            return {self._walk(k): self._walk(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self._walk(v, pattern) for v in value]
+            return [self._walk(v) for v in value]
         return value
 
     def digest(self, value: Any, name: str) -> dict[str, Any]:
@@ -118,8 +135,8 @@ class SecretScrubber:
                                                                ensure_ascii=False)
         entry: dict[str, Any] = {"redacted": True, "secret": name}
         key = self._host_key()
-        if key is None:
-            entry["digest"] = f"none: {self._key_problem}"
+        if key is None:  # the reason (it names the key's path) stays on the host's screen, not in the record
+            entry["digest"] = "none: no usable host key; `cellgate install` creates one"
         else:
             entry["hmac_sha256"] = key.mac(str(text).encode("utf-8", "surrogatepass"), PURPOSE)
             entry["key_id"] = key.key_id
@@ -132,6 +149,12 @@ class SecretScrubber:
             except (ConfigError, OSError) as exc:  # no digest rather than a guessable one
                 self._key_problem = str(exc)[:300]
         return self._key
+
+
+def _compile(forms: list[str]) -> tuple[list[str], ahocorasick_rs.AhoCorasick]:
+    """One Aho-Corasick automaton over ``forms``: a scan costs the text's length, whatever their number."""
+    return forms, ahocorasick_rs.AhoCorasick(forms, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest,
+                                             implementation=ahocorasick_rs.Implementation.ContiguousNFA)
 
 
 def _strings(value: Any) -> list[str]:
