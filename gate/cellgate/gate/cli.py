@@ -47,7 +47,7 @@ def print_outputs(result: CellResult) -> None:
                 _to(sys.stdout, plain + "\n")
         elif kind == "error":
             text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
-            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colours, even when piped
+            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
     sys.stdout.flush()
 
 
