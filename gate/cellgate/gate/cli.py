@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from .errors import CellgateError, ConfigError, SandboxUnavailable
@@ -149,7 +148,7 @@ def _add_policy(sub: Any) -> None:
         for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
             table.add_column(column)
         for row in decision_table(policy, registry.names(), source_defaults):
-            table.add_row(*(escape(row[c]) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
+            table.add_row(*(Text(clean(row[c])) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
         Console(highlight=False).print(table)
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
                                                     "max_result_bytes", "approver", "approval_timeout")}
