@@ -9,6 +9,7 @@ import re
 import secrets
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,10 @@ from cellgate.gate.sandbox import owner_alive, run_root
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The suite's own host key (secret digests, keyed audit records), never the user's; the CLI
+# subprocesses the tests start inherit it.
+os.environ.setdefault("CELLGATE_HOST_KEY", str(Path(tempfile.mkdtemp(prefix="cellgate-test-key-")) / "host.key"))
 SAMPLE_TOOLS = ROOT / "tests" / "tools" / "sample_tools.py"
 NORTHWIND = ROOT / "examples" / "northwind"
 

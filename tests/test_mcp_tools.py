@@ -74,7 +74,7 @@ def test_mcp_tools_are_typed_gated_and_recorded(tmp_path: Path, runsc: object) -
         assert failed.error["ename"] == "ToolError" and "the CRM refused: no refunds today" in failed.error["evalue"]
         destructive = box.execute("tools.crm.delete_customer('cus-0042')")
         assert destructive.error["ename"] == "ToolDenied"
-        assert "decision: approve" in destructive.error["evalue"]  # destructiveHint -> approve; no approver -> denied
+        assert "the policy required approval" in destructive.error["evalue"]  # destructiveHint -> approve; no approver -> denied
         token = f"{TOKEN[:6]!r} + {TOKEN[6:]!r}"  # split, so the notebook's copy of the source does not hold it
         secret = box.execute("import os, pathlib\n"
                              f"print(tools.crm.token_seen()['result'], {token} in repr(dict(os.environ)),\n"

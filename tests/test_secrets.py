@@ -3,6 +3,7 @@ and tool errors that reach the sandbox carry no credential, header or host path.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -33,9 +34,13 @@ def test_secret_arguments_are_kept_as_digests(secretive) -> None:
     result = secretive.execute(f"print(tools.fetch_invoice('inv-1', {KEY!r}))")
     assert result.stdout == "{'invoice_id': 'inv-1', 'total': 42}\n"
     call = result.calls[0]
-    assert call.args["api_key"]["redacted"] is True and len(call.args["api_key"]["sha256"]) == 64
+    digest = call.args["api_key"]
+    assert digest["redacted"] is True and digest["secret"] == "fetch_invoice argument api_key"
+    # Keyed with the host key: a plain sha256 would let anyone confirm a guessed key.
+    assert len(digest["hmac_sha256"]) == 64 and digest["hmac_sha256"] != hashlib.sha256(KEY.encode()).hexdigest()
+    assert "sha256" not in digest
     assert call.args["invoice_id"] == "inv-1"
-    assert call.source_line == "print(tools.fetch_invoice('inv-1', '[redacted]'))"
+    assert call.source_line == "print(tools.fetch_invoice('inv-1', '[secret: fetch_invoice argument api_key]'))"
     # The program text holds the key (this test wrote it there); the call records do not.
     notebook = json.loads(secretive.session.notebook_path.read_text())
     assert KEY not in json.dumps(notebook["cells"][-1]["metadata"])

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from .errors import ConfigError
-from .gate_text import visible
+from .terminal import head_and_tail, reveal
 
 ENTRY_POINT_GROUP = "cellgate.approvers"
 
@@ -108,19 +109,46 @@ class CallbackApprover(Approver):
         return ApprovalAnswer("allow" if answer is True else "deny", self.name, "", time.time())
 
 
+ARGS_SHOWN = 1500  # characters of escaped arguments the short view shows (head and tail)
+
+
 def describe_request(request: ApprovalRequest) -> str:
-    """What a person sees: control characters and bidi overrides shown visibly."""
-    args = visible(json.dumps(request.args, ensure_ascii=False, sort_keys=True))
-    if len(args) > 2000:
-        args = args[:2000] + f"… ({len(args)} characters; the digest covers all of them)"
+    """What a person sees: every hidden or look-alike code point escaped, long arguments head and tail.
+
+    The arguments are what the gate validated (secrets as their digests or markers); the cell line is
+    the kernel's claim, and the program text shown at it is the host's own copy of the program.
+    """
+    args = json.dumps(request.args, ensure_ascii=False, sort_keys=True)
     lines = [
-        f"tool:      {visible(request.tool)}",
-        f"arguments: {args}",
-        f"sha256:    {request.args_sha256}",
+        f"tool:      {reveal(request.tool)}",
+        f"arguments: {head_and_tail(args, ARGS_SHOWN, f'`cellgate approvals show {reveal(request.id)}` prints all')}",
+        f"sha256:    {reveal(request.args_sha256)} (of the arguments; the approval is bound to it)",
     ]
     if request.cell_line is not None:
-        lines.append(f"cell line {request.cell_line}: {visible(request.source_line or '')}")
+        lines.append(f"cell line {request.cell_line} (claimed by the kernel): {reveal(request.source_line or '')}")
     return "\n".join(lines)
+
+
+def describe_full(request: ApprovalRequest) -> tuple[str, bool]:
+    """`cellgate approvals show`: the complete arguments, every hidden code point escaped and nothing
+    folded, and whether their digest is the one the approval is bound to."""
+    text = json.dumps(request.args, ensure_ascii=False, sort_keys=True, indent=2)
+    digest = args_digest(request.args)
+    matches = digest == request.args_sha256
+    lines = [
+        f"request:   {reveal(request.id)} (session {reveal(request.session)}, call {request.seq})",
+        f"tool:      {reveal(request.tool)}",
+        "arguments (complete; every invisible, format, bidi and non-ASCII space character escaped):",
+        *("  " + reveal(line, compress=False) for line in text.split("\n")),
+        f"sha256:    {digest} ({len(canonical_args(request.args)):,} bytes of canonical JSON)",
+    ]
+    if not matches:
+        lines.append(f"MISMATCH:  the request names the digest {reveal(request.args_sha256)}; "
+                     "these are not the arguments the approval would be bound to: deny it")
+    if request.cell_line is not None:
+        lines.append(f"cell line {request.cell_line} (claimed by the kernel): "
+                     f"{reveal(request.source_line or '', compress=False)}")
+    return "\n".join(lines), matches
 
 
 class PromptApprover(Approver):
@@ -134,8 +162,8 @@ class PromptApprover(Approver):
     def _ask_blocking(self, request: ApprovalRequest) -> ApprovalAnswer:
         with self._lock, open("/dev/tty", "r+") as tty:
             console = Console(file=tty, highlight=False)
-            console.print(f"[bold yellow]approval needed[/] (request {escape(request.id)})")
-            console.print(escape(describe_request(request)))
+            console.print(Text.assemble(("approval needed", "bold yellow"), f" (request {reveal(request.id)})"))
+            console.print(Text(describe_request(request)))
             console.print("allow this call? [y/N] ", end="")
             tty.flush()
             reply = tty.readline().strip().lower()
@@ -198,15 +226,47 @@ def write_json_atomically(path: Path, data: Any) -> None:
 def answer(request_id: str, decision: Literal["allow", "deny"], reason: str = "", folder: Path | None = None) -> dict[str, Any]:
     """Answer a queued request (what `cellgate approvals approve|deny` does)."""
     folder = folder or approvals_dir()
-    pending = folder / f"{request_id}.request.json"
-    try:
-        request = json.loads(pending.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no pending approval {request_id!r} in {folder}; `cellgate approvals list` shows them") from None
+    request = asdict(pending_request(request_id, folder))
     reply = {"decision": decision, "seq": request["seq"], "args_sha256": request["args_sha256"],
              "reason": reason, "by": f"uid {os.getuid()}"}
     write_json_atomically(folder / f"{request_id}.answer.json", reply)
     return request
+
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def request_from(data: Any) -> ApprovalRequest:
+    """A request file's content as an ApprovalRequest (missing or odd fields made harmless)."""
+    data = data if isinstance(data, dict) else {}
+    args = data.get("args")
+    line = data.get("cell_line")
+    return ApprovalRequest(
+        id=str(data.get("id", "?")), session=str(data.get("session", "?")), seq=_number(data.get("seq"), int),
+        tool=str(data.get("tool", "?")), args=args if isinstance(args, dict) else {"(not an object)": args},
+        args_sha256=str(data.get("args_sha256", "")),
+        cell_line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+        source_line=None if data.get("source_line") is None else str(data.get("source_line")),
+        requested=_number(data.get("requested"), float), deadline=_number(data.get("deadline"), float))
+
+
+def _number(value: Any, kind: type) -> Any:
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else kind(0)
+
+
+def pending_request(request_id: str, folder: Path | None = None) -> ApprovalRequest:
+    """One queued request by id (what `cellgate approvals show ID` prints)."""
+    folder = folder or approvals_dir()
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise ConfigError(f"{request_id!r} is not an approval request id (letters, digits, - and _); "
+                          "`cellgate approvals list` shows them")
+    try:
+        return request_from(json.loads((folder / f"{request_id}.request.json").read_text()))
+    except FileNotFoundError:
+        raise ConfigError(f"no pending approval {request_id!r} in {folder}; `cellgate approvals list` shows them") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"the approval request {request_id!r} in {folder} is unreadable ({exc}); "
+                          "it cannot be approved: deny it or let it time out") from None
 
 
 def pending_requests(folder: Path | None = None) -> list[dict[str, Any]]:
@@ -220,9 +280,12 @@ def pending_requests(folder: Path | None = None) -> list[dict[str, Any]]:
     return requests
 
 
+def canonical_args(args: dict[str, Any]) -> bytes:
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def args_digest(args: dict[str, Any]) -> str:
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(canonical_args(args)).hexdigest()
 
 
 def load_approver(spec: str | Approver | Callable[..., Any]) -> Approver:
@@ -242,4 +305,5 @@ def load_approver(spec: str | Approver | Callable[..., Any]) -> Approver:
 __all__ = [
     "Approver", "ApprovalRequest", "ApprovalAnswer", "DenyApprover", "AllowApprover", "PromptApprover",
     "QueueApprover", "CallbackApprover", "load_approver", "answer", "pending_requests", "describe_request",
+    "describe_full", "pending_request", "request_from",
 ]

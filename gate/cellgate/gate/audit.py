@@ -9,13 +9,13 @@ from typing import Any
 
 import nbformat
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .errors import ConfigError
-from .gate_text import visible
 from .journal import read_journal
 from .recorder import Reducer
+from .terminal import reveal
 
 
 def load_notebook(path: Path) -> Any:
@@ -87,55 +87,88 @@ STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout
                 "kernel-died": "bold red", "memory": "bold red", "rejected": "yellow"}
 
 
+def _field(value: Any, limit: int = 200) -> str:
+    """A recorded value as one line a terminal shows as text (see ``terminal.reveal``)."""
+    return reveal(value if isinstance(value, str) else str(value))[:limit]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def show(path: Path, console: Console | None = None) -> int:
-    """A terminal summary of a run; returns the number of cells that did not end ok."""
+    """A terminal summary of a run; returns the number of cells that did not end ok.
+
+    Every recorded value is printed as text (``rich.text.Text``, never markup) and through
+    ``terminal.reveal``, so a tampered notebook cannot move the cursor, write the clipboard or style text.
+    """
     console = console or Console(highlight=False)
+
+    def line(*parts: str | tuple[str, str]) -> None:
+        console.print(Text.assemble(*parts), soft_wrap=True)
+
     nb = load_notebook(path)
-    meta = nb.metadata.cellgate
-    sandbox = meta.get("sandbox", {})
-    console.print(f"[bold]{escape(path.name)}[/]  session {escape(str(meta.get('session_id', '?'))[:12])}  "
-                  f"sandbox {escape(str(sandbox.get('runtime', sandbox.get('isolation', '?'))))} "
-                  f"{escape(str(sandbox.get('runsc_version', '')))} {escape(str(sandbox.get('platform', '')))}")
+    meta = _dict(nb.metadata.cellgate)
+    sandbox = _dict(meta.get("sandbox"))
+    line((_field(path.name), "bold"), f"  session {_field(meta.get('session_id', '?'))[:12]}  "
+         f"sandbox {_field(sandbox.get('runtime', sandbox.get('isolation', '?')))} "
+         f"{_field(sandbox.get('runsc_version', ''))} {_field(sandbox.get('platform', ''))}")
     if meta.get("replay_of"):
-        console.print(f"replay of {escape(str(meta['replay_of'].get('notebook')))}")
+        line(f"replay of {_field(_dict(meta['replay_of']).get('notebook'), 500)}")
     table = Table(show_lines=False)
     for column in ("#", "status", "duration", "calls", "program (first line)"):
         table.add_column(column)
     failed, decisions, total_calls = 0, {}, 0
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     for index, cell in enumerate(code_cells, start=1):
-        cg = cell.metadata.get("cellgate", {})
-        status = str(cg.get("status"))
+        cg = _dict(cell.metadata.get("cellgate"))
+        status = _field(cg.get("status"), 40)
         failed += status != "ok"
-        calls = cg.get("calls", [])
+        calls = _list(cg.get("calls"))
         total_calls += len(calls)
-        style = STATUS_STYLE.get(status, "white")
-        first = visible(cell.source.strip().splitlines()[0] if cell.source.strip() else "")[:60]
-        table.add_row(str(index), f"[{style}]{escape(status)}[/]", _duration(cell), str(len(calls)), escape(first))
-        for call in calls:
-            decisions[call.get("decision")] = decisions.get(call.get("decision"), 0) + 1
+        source = cell.source if isinstance(cell.source, str) else ""
+        first = _field(source.strip().splitlines()[0] if source.strip() else "", 60)
+        table.add_row(str(index), Text(status, STATUS_STYLE.get(status, "white")), _duration(cell), str(len(calls)),
+                      Text(first))
+        for call in map(_dict, calls):
+            decision = _field(call.get("decision"), 40)
+            decisions[decision] = decisions.get(decision, 0) + 1
     console.print(table)
     for index, cell in enumerate(code_cells, start=1):
-        calls = cell.metadata.get("cellgate", {}).get("calls", [])
+        cg = _dict(cell.metadata.get("cellgate"))
+        error = _dict(cg.get("error"))
+        if error:
+            evalue = str(error.get("evalue", "")).strip().splitlines()
+            line(f"cell {index} ", (_field(error.get("ename"), 80), "red"), f": {_field(evalue[0] if evalue else '')}")
+        calls = [_dict(c) for c in _list(cg.get("calls"))]
         shown = [c for c in calls if not c.get("ok")] + [c for c in calls if c.get("ok")][:5]
         if not calls:
             continue
-        console.print(f"cell {index}: {len(calls)} call(s)" + (" (failures first, then the first 5)" if len(calls) > 5 else ""))
+        line(f"cell {index}: {len(calls)} call(s)" + (" (failures first, then the first 5)" if len(calls) > 5 else ""))
         for call in shown:
-            outcome = "[green]ok[/]" if call.get("ok") else \
-                f"[red]{escape(str((call.get('error') or {}).get('kind', call.get('outcome', 'failed'))))}[/]"
-            console.print(f"  #{call.get('seq')} {escape(str(call.get('tool')))} "
-                          f"decision={escape(str(call.get('decision')))} {outcome} "
-                          f"{call.get('duration_ms', 0):.1f} ms")
-    console.print(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
-                  f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
-    agent = meta.get("agent")
+            outcome = ("ok", "green") if call.get("ok") else \
+                (_field(_dict(call.get("error")).get("kind", call.get("outcome", "failed")), 40), "red")
+            duration = call.get("duration_ms")
+            took = f"{duration:.1f} ms" if isinstance(duration, (int, float)) and not isinstance(duration, bool) else "?"
+            line(f"  #{_field(call.get('seq'), 20)} {_field(call.get('tool'), 100)} "
+                 f"decision={_field(call.get('decision'), 40)} ", outcome, f" {took}")
+    line(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
+         f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
+    agent = _dict(meta.get("agent"))
     if agent:
-        usage = agent.get("usage") or {}
-        ended = agent.get("ended") or {"reason": "still running, or the host stopped"}
-        console.print(f"agent: model {escape(str(agent.get('model')))}, mode {escape(str(agent.get('mode')))}, "
-                      f"{len(agent.get('turns') or [])} turns, ended {escape(str(ended.get('reason')))}; "
-                      f"tokens in {usage.get('input_tokens', 0):,} out {usage.get('output_tokens', 0):,} "
-                      f"cache read {usage.get('cache_read_input_tokens', 0):,} "
-                      f"cache write {usage.get('cache_creation_input_tokens', 0):,}")
+        usage = _dict(agent.get("usage"))
+        ended = _dict(agent.get("ended")) or {"reason": "still running, or the host stopped"}
+        line(f"agent: model {_field(agent.get('model'))}, mode {_field(agent.get('mode'))}, "
+             f"{len(_list(agent.get('turns')))} turns, ended {_field(ended.get('reason'))}; "
+             f"tokens in {_count(usage.get('input_tokens')):,} out {_count(usage.get('output_tokens')):,} "
+             f"cache read {_count(usage.get('cache_read_input_tokens')):,} "
+             f"cache write {_count(usage.get('cache_creation_input_tokens')):,}")
     return failed

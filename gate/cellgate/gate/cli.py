@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from .errors import CellgateError, ConfigError, SandboxUnavailable
 from .session import CellResult, Session
+from .terminal import clean, reveal
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 err = Console(stderr=True, highlight=False)
@@ -29,20 +30,30 @@ def _read_program(name: str) -> str:
         raise ConfigError(f"cannot read program {name!r}: {exc.strerror}; check the path") from None
 
 
+def _to(stream: Any, text: str) -> None:
+    """The program's text to our stdout or stderr: neutralized for a terminal, byte-faithful when piped."""
+    stream.write(clean(text) if stream.isatty() else text)
+
+
 def print_outputs(result: CellResult) -> None:
-    tty = sys.stdout.isatty()
     for output in result.outputs:
         kind = output.get("output_type")
         if kind == "stream":
-            (sys.stdout if output.get("name") == "stdout" else sys.stderr).write(output["text"])
+            _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output["text"])
         elif kind in ("execute_result", "display_data"):
             plain = output.get("data", {}).get("text/plain")
             if plain:
-                sys.stdout.write(plain + "\n")
+                _to(sys.stdout, plain + "\n")
         elif kind == "error":
             text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
-            sys.stderr.write((text if tty else ANSI.sub("", text)) + "\n")
+            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
     sys.stdout.flush()
+
+
+def say(console: Console, *parts: str | tuple[str, str]) -> None:
+    """Print host text (plain strings or (text, style) pairs) and recorded text, never as markup."""
+    console.print(Text.assemble(*((clean(p) if isinstance(p, str) else (clean(p[0]), p[1])) for p in parts)),
+                  soft_wrap=True)
 
 
 async def _exec(args: argparse.Namespace) -> int:
@@ -59,11 +70,11 @@ async def _exec(args: argparse.Namespace) -> int:
             result = await session.execute(code)
             print_outputs(result)
             if not result.ok:
-                err.print(f"[red]cell {name} ended with status {result.status}[/]"
-                          + (f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else ""))
+                say(err, (f"cell {name} ended with status {result.status}", "red"),
+                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "")
                 failed += 1
                 break
-        err.print(f"[dim]audit notebook: {session.notebook_path}[/]")
+        say(err, (f"audit notebook: {session.notebook_path}", "dim"))
     return 1 if failed else 0
 
 
@@ -137,7 +148,7 @@ def _add_policy(sub: Any) -> None:
         for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
             table.add_column(column)
         for row in decision_table(policy, registry.names(), source_defaults):
-            table.add_row(*(escape(row[c]) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
+            table.add_row(*(Text(clean(row[c])) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
         Console(highlight=False).print(table)
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
                                                     "max_result_bytes", "approver", "approval_timeout")}
@@ -156,27 +167,34 @@ def _add_approvals(sub: Any) -> None:
     p = sub.add_parser("approvals", help="list and answer queued approval requests (approver = queue)")
     actions = p.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="pending requests")
+    show = actions.add_parser("show", help="one pending request with its complete arguments and their digest")
+    show.add_argument("id")
     for verb in ("approve", "deny"):
         answer = actions.add_parser(verb, help=f"{verb} one pending request")
         answer.add_argument("id")
         answer.add_argument("--reason", default="")
 
     def run(a: argparse.Namespace) -> int:
-        from .approval import answer, describe_request, pending_requests, ApprovalRequest
+        from .approval import answer, describe_full, describe_request, pending_request, pending_requests, request_from
 
         console = Console(highlight=False)
         if a.action == "list":
             requests = pending_requests()
             if not requests:
                 console.print("no pending approvals")
-            for request in requests:
-                console.print(f"[bold]{escape(request['id'])}[/] (session {escape(request['session'][:12])}, "
-                              f"call {request['seq']})")
-                console.print(escape(describe_request(ApprovalRequest(**request))) + "\n")
+            for data in requests:
+                request = request_from(data)
+                say(console, (reveal(request.id), "bold"), f" (session {reveal(request.session[:12])}, "
+                    f"call {request.seq})")
+                say(console, describe_request(request) + "\n")
             return 0
+        if a.action == "show":
+            text, matches = describe_full(pending_request(a.id))
+            say(console, text)
+            return 0 if matches else 1
         request = answer(a.id, "allow" if a.action == "approve" else "deny", a.reason)
-        console.print(f"{'approved' if a.action == 'approve' else 'denied'} {escape(a.id)}: "
-                      f"{escape(request['tool'])} (sha256 {request['args_sha256'][:16]}…)")
+        say(console, f"{'approved' if a.action == 'approve' else 'denied'} {reveal(a.id)}: "
+                     f"{reveal(str(request['tool']))} (sha256 {reveal(str(request['args_sha256'])[:16])}…)")
         return 0
 
     p.set_defaults(run=run)
@@ -195,9 +213,9 @@ def _add_audit(sub: Any) -> None:
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
         for note in notes:
-            err.print(f"[yellow]note:[/] {escape(note)}")
+            say(err, ("note:", "yellow"), f" {note}")
         statuses = [c.metadata.cellgate.status for c in nb.cells]
-        print(f"rebuilt {target} from {journal.name}: {len(nb.cells)} cells ({', '.join(statuses) or 'none'})")
+        print(clean(f"rebuilt {target} from {journal.name}: {len(nb.cells)} cells ({', '.join(statuses) or 'none'})"))
         return 0
 
     recover.set_defaults(run=run_recover)
@@ -211,7 +229,7 @@ def _add_audit(sub: Any) -> None:
         problems = check(Path(a.notebook))
         if problems:
             for problem in problems:
-                err.print(f"[bold red]FAILED:[/] {escape(problem)}")
+                say(err, ("FAILED:", "bold red"), f" {problem}")
             return 1
         print(f"verified: {a.notebook} matches its journal and the hash chain is intact")
         return 0
@@ -266,7 +284,7 @@ def _add_replay(sub: Any) -> None:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
             outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
-                                   say=lambda line: print(line, flush=True))
+                                   say=lambda line: print(clean(line), flush=True))
             return 0 if outcome.failed_cell is None or outcome.reproduced else 1
 
         return asyncio.run(go())
@@ -291,10 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except SandboxUnavailable as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        say(err, ("error:", "bold red"), f" {exc}")
         return 3
-    except CellgateError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+    except CellgateError as exc:  # may quote a notebook, a journal or a file name: never markup
+        say(err, ("error:", "bold red"), f" {exc}")
         return 2
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")

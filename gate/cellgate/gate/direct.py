@@ -60,6 +60,7 @@ def _output(outcome: DirectResult) -> dict[str, Any]:
 async def serve_direct(gate: Gate, recorder: Recorder, tool: str, args: dict[str, Any]) -> DirectResult:
     """Run one direct call through the gate and record it as its own cell."""
     msg_id = f"direct-{uuid.uuid4().hex}"
+    gate.note_secret_args(tool, args)  # the cell's source is the call: its secret arguments are known now
     cell = recorder.cell_sent(msg_id, python_call(tool, args), silent=False, kind="direct")
     recorder.cell_started(cell)
     gate.new_cell()

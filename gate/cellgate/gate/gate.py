@@ -36,9 +36,10 @@ from cellgate.kernel.wire import ErrorKind
 
 from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from .errors import SourceUnavailable
-from .gate_text import redact, scrub
+from .gate_text import redact
 from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
+from .scrubber import SecretScrubber
 from .tools import ToolRegistry
 
 PREVIEW_CHARS = 200
@@ -62,21 +63,16 @@ class Secret(str):
     __slots__ = ()
 
 
-def _digest_of(value: Any) -> dict[str, Any]:
-    text = value if isinstance(value, str) else canonical_json(value)
-    return {"redacted": True, "sha256": hashlib.sha256(text.encode()).hexdigest()}
-
-
-def split_secrets(value: Any, found: list[str]) -> tuple[Any, Any]:
+def split_secrets(value: Any, found: list[str], digest: Callable[[str], Any]) -> tuple[Any, Any]:
     """(plain value for the sandbox, redacted value for the record); secrets go in found."""
     if isinstance(value, Secret):
         found.append(str(value))
-        return str(value), _digest_of(str(value))
+        return str(value), digest(str(value))
     if isinstance(value, dict):
-        pairs = {k: split_secrets(v, found) for k, v in value.items()}
+        pairs = {k: split_secrets(v, found, digest) for k, v in value.items()}
         return {k: p for k, (p, _) in pairs.items()}, {k: r for k, (_, r) in pairs.items()}
     if isinstance(value, (list, tuple)):
-        pairs_list = [split_secrets(v, found) for v in value]
+        pairs_list = [split_secrets(v, found, digest) for v in value]
         return [p for p, _ in pairs_list], [r for _, r in pairs_list]
     return value, value
 
@@ -177,6 +173,14 @@ class Gate:
             if (tool := registry.get(name)) is not None
         }
         self._limits: dict[str, asyncio.Semaphore] = {}
+        # The secret values this session has seen; the recorder scrubs them from everything it writes.
+        self.secrets = SecretScrubber()
+
+    def note_secret_args(self, tool: str, args: dict[str, Any]) -> None:
+        """Remember the values of ``tool``'s secret arguments (before anything about the call is recorded)."""
+        for name in self.policy.secret_args(tool):
+            if name in args:
+                self.secrets.add(args[name], f"{tool} argument {name}")
 
     def next_seq(self) -> int:
         return next(self._seq)
@@ -188,26 +192,33 @@ class Gate:
         """Decide and run one call; returns the wire reply and the record of it."""
         context = context or CallContext()
         secret_names = self.policy.secret_args(request.tool)
-        shown_args = {k: (_digest_of(v) if k in secret_names else v) for k, v in request.args.items()}
+        kept = self.secrets
+        self.note_secret_args(request.tool, request.args)
+        # Secret arguments as keyed digests, and any secret seen earlier (passed on) as its marker; the
+        # argument digest is taken over these, so it reveals nothing a guess could confirm.
+        shown_args = kept.scrub({k: (kept.digest(v, f"{request.tool} argument {k}") if k in secret_names else v)
+                                 for k, v in request.args.items()})
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
-                            args_sha256=args_digest(request.args))
+                            args_sha256=args_digest(shown_args))
         secrets = [str(request.args[k]) for k in secret_names if k in request.args]
         if context.claimed_line is not None:
             record.cell_line = context.claimed_line
             lines = context.cell_source.splitlines()
             if 1 <= context.claimed_line <= len(lines):
-                record.source_line = scrub(lines[context.claimed_line - 1][:500], secrets)
+                record.source_line = kept.scrub_text(lines[context.claimed_line - 1][:500])
         start = time.perf_counter()
         try:
             plain, shown = await self._decide_and_run(request, record, context, secrets)
         except CallFailed as failure:
-            record.error = {"kind": failure.kind, "message": redact(failure.message, secrets)}
+            record.error = kept.scrub({"kind": failure.kind, "message": redact(failure.message, secrets)})
             reply: dict[str, Any] = {"id": request.id, "ok": False, "error": record.error}
         else:
+            record.ok, record.result = True, kept.scrub(shown)
             text = canonical_json(plain)
-            record.ok, record.result = True, shown
             record.result_bytes = len(text.encode())
-            record.result_sha256 = hashlib.sha256(text.encode()).hexdigest()
+            # Over the recorded value (secrets as digests), so a digest never confirms a guessed secret.
+            recorded = text if record.result is plain else canonical_json(record.result)
+            record.result_sha256 = hashlib.sha256(recorded.encode()).hexdigest()
             reply = {"id": request.id, "ok": True, "result": plain}
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool)
@@ -262,7 +273,7 @@ class Gate:
         async with limit:
             result = await self._run(tool, args)
         found: list[str] = []
-        plain, shown = split_secrets(result, found)
+        plain, shown = split_secrets(result, found, lambda value: self.secrets.digest(value, f"{tool.name} result"))
         secrets.extend(found)
         try:
             converted = pydantic_core.to_jsonable_python(plain)
@@ -300,8 +311,8 @@ class Gate:
                            "requested": iso(now), "reason": answer.reason}
         if answer.decision != "allow":
             record.decision = "approval-denied"
-            raise CallFailed("denied", f"tool {tool!r} was denied by approver {answer.approver} (policy rule {rule}, "
-                                       f"decision: approve){': ' + answer.reason if answer.reason else ''}")
+            raise CallFailed("denied", f"tool {tool!r} was denied by approver {answer.approver}; the policy required "
+                                       f"approval (rule {rule}){': ' + answer.reason if answer.reason else ''}")
         record.decision = "approved"
 
     async def _run(self, tool: Any, args: dict[str, Any]) -> Any:

@@ -149,6 +149,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
         make_gate = options.get("gate_factory") or Gate
         gate = make_gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
                          call_timeout=box.call_timeout)
+        self.recorder.scrub = gate.secrets.scrub_record  # secrets the gate sees never reach the journal
         self.service = GateService(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),

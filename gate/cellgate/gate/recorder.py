@@ -20,6 +20,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -313,6 +314,8 @@ class Recorder:
         self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
         self.metadata = session_metadata
+        # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
+        self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
         self._write("session-started", sync=True, metadata=session_metadata)
         self.write_notebook()
 
@@ -322,7 +325,7 @@ class Recorder:
 
     def _write(self, event: str, sync: bool = False, **data: Any) -> CellRecord | None:
         with self._lock:
-            record = self.journal.append(event, sync=sync, **data)
+            record = self.journal.append(event, sync=sync, **self.scrub(data))
             return self.reducer.apply(record)
 
     # -- what the service reports

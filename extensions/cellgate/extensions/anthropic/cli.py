@@ -40,6 +40,7 @@ async def _main(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from cellgate.gate import ConfigError, Session
+    from cellgate.gate.terminal import clean
 
     from .loop import AgentLoop
 
@@ -60,16 +61,17 @@ async def _main(args: argparse.Namespace) -> int:
         client = anthropic.AsyncAnthropic()
         with err.status("starting", spinner="dots") as status:
             agent = AgentLoop(session, client, agent_settings,
-                              progress=lambda line: status.update(escape(line)))
+                              progress=lambda line: status.update(escape(clean(line))))
             if args.verbose:
                 err.print(f"system prompt and tools: {await agent.count_prompt_tokens(args.task):,} tokens "
                           f"(by the API's count_tokens; {len(agent.tools)} tool definitions)")
             run = await agent.run(args.task, stop)
         notebook = session.notebook_path
-    if run.final_text:
-        sys.stdout.write(run.final_text.rstrip() + "\n")
+    if run.final_text:  # the model's text may quote the sandbox: neutralized on a terminal, as `exec` does
+        text = run.final_text.rstrip() + "\n"
+        sys.stdout.write(clean(text) if sys.stdout.isatty() else text)
     usage = run.usage
-    err.print(f"ended: {run.ended} after {run.turns} turn(s)" + (f" ({escape(run.detail)})" if run.detail else "")
+    err.print(f"ended: {run.ended} after {run.turns} turn(s)" + (f" ({escape(clean(run.detail))})" if run.detail else "")
               + f"; tokens in {usage.get('input_tokens', 0):,} out {usage.get('output_tokens', 0):,}; "
               f"notebook {escape(str(notebook))}")
     return EXIT.get(run.ended, 1)
