@@ -119,7 +119,7 @@ def describe_request(request: ApprovalRequest) -> str:
         f"sha256:    {request.args_sha256}",
     ]
     if request.cell_line is not None:
-        lines.append(f"cell line {request.cell_line}: {visible(request.source_line or '')}")
+        lines.append(f"cell line {request.cell_line} (reported by the kernel): {visible(request.source_line or '')}")
     return "\n".join(lines)
 
 

@@ -87,6 +87,26 @@ STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout
                 "kernel-died": "bold red", "memory": "bold red", "rejected": "yellow"}
 
 
+def claims_text(call: dict[str, Any]) -> str:
+    """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
+    claimed = call.get("claimed")
+    if not isinstance(claimed, dict) or not claimed:
+        return ""
+    parts = []
+    if claimed.get("line") is not None:
+        parts.append(f"line {claimed['line']}")
+    if claimed.get("source_line"):
+        parts.append(repr(str(claimed["source_line"])[:120]))
+    if claimed.get("thread"):
+        parts.append(f"thread {str(claimed['thread'])[:60]!r}")
+    return "reported by the kernel: " + ", ".join(parts) if parts else ""
+
+
+def _claims(call: dict[str, Any]) -> str:
+    text = claims_text(call)
+    return f" [dim]({escape(text)})[/]" if text else ""
+
+
 def show(path: Path, console: Console | None = None) -> int:
     """A terminal summary of a run; returns the number of cells that did not end ok."""
     console = console or Console(highlight=False)
@@ -126,7 +146,7 @@ def show(path: Path, console: Console | None = None) -> int:
                 f"[red]{escape(str((call.get('error') or {}).get('kind', call.get('outcome', 'failed'))))}[/]"
             console.print(f"  #{call.get('seq')} {escape(str(call.get('tool')))} "
                           f"decision={escape(str(call.get('decision')))} {outcome} "
-                          f"{call.get('duration_ms', 0):.1f} ms")
+                          f"{call.get('duration_ms', 0):.1f} ms{_claims(call)}")
     console.print(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
                   f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
     agent = meta.get("agent")

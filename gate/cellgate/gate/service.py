@@ -631,7 +631,7 @@ class GateService:
             return
         seq = self.gate.next_seq()
         cell = head.record
-        context = CallContext(cell_source=cell.source, claimed_line=request.line,
+        context = CallContext(cell_source=cell.source, claimed_line=request.line, claimed_thread=request.thread,
                               waiting=lambda waiting: self._waiting_for_person(head, waiting),
                               intent=lambda record: self.recorder.call_started(cell, record),
                               idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
