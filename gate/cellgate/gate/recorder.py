@@ -399,9 +399,9 @@ class Recorder:
         self.write_notebook()
 
     def late_output(self, cell: CellRecord, output: dict[str, Any]) -> None:
-        """Output that work a cell started printed after the cell ended; the notebook is rewritten."""
+        """Output that work a cell started printed after the cell ended (journal only: the caller
+        rewrites the notebook at a bounded rate, and every cell's end rewrites it too)."""
         self._write("late-output", msg_id=cell.msg_id, output=output)
-        self.write_notebook()
 
     def cell_aborted(self, cell: CellRecord) -> None:
         self._write("cell-aborted", msg_id=cell.msg_id)

@@ -52,6 +52,8 @@ MAX_METADATA_BYTES = 64 << 10
 # Journal entries about hostile input, per kind, before they are only counted.
 PROTOCOL_EVENTS_PER_KIND = 50
 LATE_OUTPUT_BYTES = 64 << 10  # per ended cell
+LATE_OUTPUT_COUNT = 100  # per ended cell
+LATE_REWRITE_INTERVAL = 2.0  # seconds: late output rewrites the notebook at most this often
 ROUTED = ("shell", "control", "stdin", "hb")
 IOPUB_TYPES = frozenset({
     "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
@@ -134,6 +136,9 @@ class GateService:
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self._outbox: dict[str, list[dict[str, Any]]] = {}
         self._late_bytes: dict[str, int] = {}
+        self._late_counts: collections.Counter[str] = collections.Counter()
+        self._late_rewrite: asyncio.TimerHandle | None = None
+        self._late_rewritten = 0.0
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
 
@@ -298,6 +303,8 @@ class GateService:
 
     async def _stop(self) -> None:
         self._stopping = True
+        if self._late_rewrite is not None:
+            self._late_rewrite.cancel()  # the recorder's close writes the notebook
         if self._protocol_counts:
             self.recorder.event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
@@ -531,11 +538,34 @@ class GateService:
         size = len(json.dumps(output, ensure_ascii=False))
         spent = self._late_bytes.get(parent_id, 0)
         self._late_bytes[parent_id] = spent + size
-        if spent + size <= LATE_OUTPUT_BYTES:
+        self._late_counts[parent_id] += 1
+        count = self._late_counts[parent_id]
+        if spent + size <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT:
             self.recorder.late_output(cell, output)
-        elif spent <= LATE_OUTPUT_BYTES:
+        elif spent <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT + 1:
+            self._late_bytes[parent_id] = LATE_OUTPUT_BYTES + 1  # one marker, then nothing
             self.recorder.late_output(cell, {"output_type": "stream", "name": "stderr", "text":
-                                             f"[late output over {LATE_OUTPUT_BYTES} bytes: the rest was dropped]\n"})
+                                             f"[late output over {LATE_OUTPUT_BYTES} bytes or {LATE_OUTPUT_COUNT} "
+                                             "outputs: the rest was dropped]\n"})
+        else:
+            return
+        self._rewrite_soon()
+
+    def _rewrite_soon(self) -> None:
+        """Late output reaches the notebook by one rewrite per interval at most, never one per output."""
+        if self._late_rewrite is not None or self.loop is None:
+            return
+        delay = max(0.0, self._late_rewritten + LATE_REWRITE_INTERVAL - self.loop.time())
+        self._late_rewrite = self.loop.call_later(delay, self._rewrite_now)
+
+    def _rewrite_now(self) -> None:
+        assert self.loop is not None
+        self._late_rewrite = None
+        self._late_rewritten = self.loop.time()
+        try:
+            self.recorder.write_notebook()
+        except Exception as exc:
+            self.recorder_failure(exc)
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
