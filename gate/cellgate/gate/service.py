@@ -29,11 +29,13 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 from jupyter_client.session import Session
 
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
+from .bounds import HostBounds, RefusalLedger, is_refusal
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
@@ -45,7 +47,10 @@ from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
 DELIM = b"<IDS|MSG>"
-MAX_KERNEL_MESSAGE = 64 << 20
+MAX_KERNEL_MESSAGE = 64 << 20  # default of [sandbox] max_message_mb (HostBounds)
+# Largest content the host parses of a message that is not an output (status, replies, input requests).
+MAX_PARSED_CONTENT = 1 << 20
+OUTPUT_TYPES = frozenset({"stream", "display_data", "execute_result", "error"})
 MAX_GATE_COMMS = 64
 MAX_HEADER_BYTES = 16 << 10
 MAX_METADATA_BYTES = 64 << 10
@@ -91,6 +96,7 @@ class _Pending:
     remaining: float = 0.0
     resumed_at: float = 0.0
     waiting: int = 0
+    refusals: RefusalLedger = field(default_factory=lambda: RefusalLedger(budget=100))
 
 
 def _session(key: str | bytes) -> Session:
@@ -109,8 +115,10 @@ class GateService:
         timeouts: CellTimeouts,
         output_limit: int = 8 << 20,
         restricted: bool = False,
+        bounds: HostBounds | None = None,
     ) -> None:
         self.output_limit = output_limit
+        self.bounds = bounds or HostBounds()
         self.restricted = restricted
         self.front_info = front
         self.gate = gate
@@ -141,6 +149,8 @@ class GateService:
         self._late_rewritten = 0.0
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
+        self._monitors: list[zmq.asyncio.Socket] = []
+        self._kill_status: tuple[str, str] | None = None  # (cell status, reason) when the host kills a kernel
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -258,23 +268,32 @@ class GateService:
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
         identity = os.urandom(16).hex().encode()
+        # Every socket that reads from the kernel refuses a frame over the bound before
+        # allocating it; libzmq then drops the connection, which _watch_channel sees.
+        limit = self.bounds.max_message_bytes
         for channel in ROUTED:
             sock = self.ctx.socket(zmq.DEALER)
             sock.linger = 0
+            sock.setsockopt(zmq.MAXMSGSIZE, limit)
             if channel in ("shell", "stdin"):
                 sock.identity = identity
             sock.connect(sandbox.endpoint(channel))
             self._back[channel] = sock
         sub = self.ctx.socket(zmq.SUB)
         sub.linger = 0
-        sub.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE)
+        sub.setsockopt(zmq.MAXMSGSIZE, limit)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(sandbox.endpoint("iopub"))
         self._back["iopub"] = sub
         control = self.ctx.socket(zmq.DEALER)
         control.linger = 0
+        control.setsockopt(zmq.MAXMSGSIZE, limit)
         control.connect(sandbox.endpoint("control"))
         self._host_control = control
+        for channel, sock in [*self._back.items(), ("control (host)", control)]:
+            monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            self._monitors.append(monitor)
+            self._spawn(self._watch_channel(channel, monitor, sandbox), back=True)
         for channel in ROUTED:
             self._spawn(self._pump_to_kernel(channel), back=True)
             self._spawn(self._pump_to_front(channel), back=True)
@@ -295,7 +314,14 @@ class GateService:
             task.cancel()
         await asyncio.gather(*self._back_tasks, return_exceptions=True)
         for sock in [*self._back.values(), *([self._host_control] if self._host_control else [])]:
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
             sock.close(linger=0)
+        for monitor in self._monitors:
+            monitor.close(linger=0)
+        self._monitors.clear()
         self._back.clear()
         self._host_control = None
         self._fail_queue("killed", reason)
@@ -340,17 +366,59 @@ class GateService:
     def _stdin_allowed(self, frames: list[bytes]) -> bool:
         """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
         head = self._running()
-        parsed = self._parse(self._kernel_session, frames, "stdin")
+        parsed = self._read(frames, "stdin")
         if parsed is None:
             return False
         msg = parsed[1]
+        if len(msg["content"]) > MAX_HEADER_BYTES:
+            self.protocol_event("input-request-dropped", msg_type=str(msg["header"].get("msg_type"))[:80],
+                                reason=f"content of {len(msg['content'])} bytes (limit {MAX_HEADER_BYTES})")
+            return False
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is not None and head.allow_stdin and parent_id == head.record.msg_id:
             return True
-        prompt = str((msg.get("content") or {}).get("prompt", ""))[:200] if isinstance(msg.get("content"), dict) else ""
+        try:
+            content = self._content(msg, MAX_HEADER_BYTES)
+        except ProtocolError:
+            content = {}
+        prompt = str(content.get("prompt", ""))[:200]
         self.protocol_event("input-request-dropped", msg_type=msg["header"].get("msg_type"), prompt=prompt,
                             reason="no running cell of this session allowed stdin")
         return False
+
+    async def _watch_channel(self, channel: str, monitor: zmq.asyncio.Socket, sandbox: Sandbox) -> None:
+        """A connection to a live kernel that drops and comes back means a frame over the size bound.
+
+        libzmq disconnects a peer that sends a frame over ZMQ_MAXMSGSIZE and the
+        socket reconnects at once; a dead kernel's connection never comes back
+        (its death is _watch_process's). Messages queued behind the dropped one
+        are lost with the connection, so the running cell cannot be trusted to
+        finish: it ends `error` and the kernel is stopped (Session restarts it).
+        """
+        dropped = False
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                dropped = True
+            elif event["event"] == zmq.EVENT_CONNECTED and dropped:
+                dropped = False
+                if self.sandbox is sandbox and not self._stopping:
+                    self._channel_overflow(channel, sandbox)
+
+    def _channel_overflow(self, channel: str, sandbox: Sandbox) -> None:
+        limit = self.bounds.max_message_bytes
+        self.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
+                            note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
+        head = self._running()
+        if head is None or self._killed_by_host is sandbox:
+            return  # between cells nothing waits on the lost messages; the connection is already back
+        head.error = {"ename": "MessageTooLarge", "evalue": (
+            f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
+            f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
+        if "message-size" not in head.limits:
+            head.limits.append("message-size")
+        self._kill_status = ("error", "message-size")
+        self._spawn(self._kill(sandbox))
 
     async def _drain(self, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -377,6 +445,28 @@ class GateService:
         except Exception as exc:
             self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
             return None
+
+    def _read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
+        """A kernel message with its headers checked and parsed, its content left unparsed (bytes)."""
+        try:
+            idents, rest = self._kernel_session.feed_identities(frames)
+            if len(rest) < 5:
+                raise ProtocolError(f"{len(rest)} frames after the delimiter")
+            if len(rest[1]) > MAX_HEADER_BYTES or len(rest[2]) > MAX_HEADER_BYTES or len(rest[3]) > MAX_METADATA_BYTES:
+                raise ProtocolError(f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
+            return idents, self._kernel_session.deserialize(rest, content=False)
+        except Exception as exc:
+            self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    @staticmethod
+    def _content(msg: Any, cap: int) -> Any:
+        """Parse a message's content if it is at most ``cap`` bytes (else None): the host never parses more."""
+        body = msg["content"]
+        if len(body) > cap:
+            return None
+        content = strict_loads(body)
+        return content if isinstance(content, dict) else {}
 
     def _tap_request(self, frames: list[bytes]) -> bool:
         """Record an execute_request; False when the host answers it instead of the kernel."""
@@ -440,6 +530,7 @@ class GateService:
             return
         self.recorder.cell_started(head.record)
         self.gate.new_cell()
+        head.refusals = RefusalLedger(budget=self.bounds.max_refusals_per_cell)
         head.remaining = self.timeouts.cell
         self._arm(head)
 
@@ -463,7 +554,7 @@ class GateService:
                 self._arm(pending)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
-        parsed = self._parse(self._kernel_session, frames, "shell-reply")
+        parsed = self._read(frames, "shell-reply")
         if parsed is None:
             return
         msg = parsed[1]
@@ -473,7 +564,17 @@ class GateService:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             return
-        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        try:
+            content = self._content(msg, MAX_PARSED_CONTENT)
+        except ProtocolError as exc:
+            self.protocol_event("protocol-error", channel="shell-reply", error=str(exc)[:300])
+            content = {}
+        if content is None:
+            size = len(msg["content"])
+            self.protocol_event("message-too-large", channel="shell", size=size, limit_bytes=MAX_PARSED_CONTENT)
+            content = {"status": "error", "ename": "MessageTooLarge",
+                       "evalue": f"the kernel's execute_reply was {size} bytes, over the {MAX_PARSED_CONTENT} "
+                                 "bytes the host reads; it was not parsed"}
         head.replied = True
         head.reply_status = str(content.get("status"))
         count = content.get("execution_count")
@@ -491,10 +592,14 @@ class GateService:
         msg_type = self._precheck(rest)
         if msg_type is None:
             return False
-        msg = self._kernel_session.deserialize(rest)
+        msg = self._kernel_session.deserialize(rest, content=False)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return False
-        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        size = len(msg["content"])
+        parsed = self._content(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
+        if parsed is None:
+            return self._unread(msg, msg_type, size)
+        content = msg["content"] = parsed
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             comm_id = str(content.get("comm_id"))
             if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
@@ -529,6 +634,23 @@ class GateService:
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
             self._capture(head, output_dict(msg))
         return True
+
+    def _unread(self, msg: Any, msg_type: str, size: int) -> bool:
+        """A message too big to parse: an output is counted as dropped output (its size and digest are
+        recorded); anything else is journalled. Never parsed, never forwarded (frontends see what is recorded)."""
+        head = self._running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if msg_type in OUTPUT_TYPES and head is not None and parent_id == head.record.msg_id:
+            head.dropped_bytes += size
+            head.dropped_digest.update(msg["content"])
+            self.protocol_event("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
+        elif msg_type in OUTPUT_TYPES:
+            self._late_bytes[str(parent_id)] = self._late_bytes.get(str(parent_id), 0) + size
+            self.protocol_event("output-over-limit", msg_type=msg_type, size=size, late=True)
+        else:
+            self.protocol_event("message-too-large", channel="iopub", msg_type=msg_type, size=size,
+                                limit_bytes=MAX_PARSED_CONTENT)
+        return False
 
     def _late_output(self, parent_id: str, output: dict[str, Any]) -> None:
         """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""
@@ -633,6 +755,10 @@ class GateService:
         except ProtocolError as exc:
             call_id = data.get("id") if isinstance(data, dict) else None
             self.protocol_event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            head = self._running()
+            if head is not None:
+                tool = data.get("tool") if isinstance(data, dict) else None
+                self._refused(head, head.refusals.note(str(tool)[:128] if isinstance(tool, str) else "(malformed)"))
             if isinstance(call_id, str) and len(call_id) <= 64:
                 self._spawn(self._reply(comm_id, {"id": call_id, "ok": False,
                                                   "error": {"kind": "invalid", "message": f"malformed tool call: {exc}"}}))
@@ -659,23 +785,44 @@ class GateService:
                 "message": f"tool {request.tool!r} was called by work an earlier cell started (a thread that "
                            "outlived its cell); work that outlives its cell cannot act through the gate"}}))
             return
+        if head.refusals.exhausted:  # past the budget: answered, counted for the summary, not recorded
+            self._refused(head, head.refusals.note(request.tool))
+            self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
+                "kind": "budget", "message": f"this cell's {head.refusals.budget} refused calls "
+                                             "([sandbox] max_refusals_per_cell) are spent; the cell is stopped"}}))
+            return
         seq = self.gate.next_seq()
         cell = head.record
         context = CallContext(cell_source=cell.source, claimed_line=request.line, claimed_thread=request.thread,
                               waiting=lambda waiting: self._waiting_for_person(head, waiting),
                               intent=lambda record: self.recorder.call_started(cell, record),
                               idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
-        self._spawn(self._serve(comm_id, head.record, request, seq, context))
+        self._spawn(self._serve(comm_id, head, request, seq, context))
 
-    async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
+    async def _serve(self, comm_id: str, pending: _Pending, request: Any, seq: int, context: CallContext) -> None:
+        cell = pending.record
         try:
             reply, record = await self.gate.call(request, seq, context)
-            self.recorder.call_finished(cell, record)
+            verdict = pending.refusals.note(record.tool, record) if is_refusal(record) else "record"
+            if verdict == "record":
+                self.recorder.call_finished(cell, record)
+            self._refused(pending, verdict)
         except Exception as exc:  # a bug or an unwritable journal must not leave the cell waiting
             self.recorder_failure(exc)
             reply = {"id": request.id, "ok": False, "error": {
                 "kind": "unavailable", "message": f"the gate could not serve {request.tool!r}: {type(exc).__name__}"}}
         await self._reply(comm_id, reply)
+
+    def _refused(self, pending: _Pending, verdict: str) -> None:
+        """Past its refusal budget a cell is stopped (its kernel killed), once."""
+        if verdict != "dropped" or "refusals" in pending.limits or self._running() is not pending:
+            return
+        pending.limits.append("refusals")
+        self.recorder.event("cell-kill", msg_id=pending.record.msg_id,
+                            reason=f"more than {pending.refusals.budget} refused calls in one cell "
+                                   "([sandbox] max_refusals_per_cell)")
+        if self.sandbox is not None:
+            self._spawn(self._kill(self.sandbox))
 
     def recorder_failure(self, exc: Exception) -> None:
         try:
@@ -744,7 +891,9 @@ class GateService:
             return
         if self._killed_by_host is sandbox:
             self.recorder.event("kernel-killed", exit_code=code)
-            self._fail_queue("killed", "killed-by-host")
+            status, reason = self._kill_status or ("killed", "killed-by-host")
+            self._kill_status = None
+            self._fail_queue(status, reason)
             return
         if self._oom is not None and self._oom.hit:
             self.recorder.event("kernel-died", exit_code=code, cause="memory")
@@ -813,6 +962,8 @@ class GateService:
             status = "error"
         try:
             self._flush_tail(pending)
+            for event, data in pending.refusals.summary():
+                self.recorder.event(event, msg_id=record.msg_id, **data)
             self.recorder.cell_ended(record, status, pending.limits, pending.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting
             self.recorder_failure(exc)
