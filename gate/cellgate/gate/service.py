@@ -620,7 +620,7 @@ class GateService:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             if msg_type in ("stream", "display_data", "execute_result", "error"):
-                self._late_output(str(parent_id), output_dict(msg))
+                self._late_output(str(parent_id), msg)
             return True
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -652,16 +652,19 @@ class GateService:
                                 limit_bytes=MAX_PARSED_CONTENT)
         return False
 
-    def _late_output(self, parent_id: str, output: dict[str, Any]) -> None:
+    def _late_output(self, parent_id: str, msg: dict[str, Any]) -> None:
         """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""
         cell = self.recorder.reducer.by_id.get(parent_id)
         if cell is None or cell.status is None:
             return
-        size = len(json.dumps(output, ensure_ascii=False))
-        spent = self._late_bytes.get(parent_id, 0)
-        self._late_bytes[parent_id] = spent + size
         self._late_counts[parent_id] += 1
         count = self._late_counts[parent_id]
+        spent = self._late_bytes.get(parent_id, 0)
+        if spent > LATE_OUTPUT_BYTES or count > LATE_OUTPUT_COUNT + 1:
+            return  # past the caps: counted, never converted or recorded (that is what costs the host)
+        output = output_dict(msg)
+        size = len(json.dumps(output, ensure_ascii=False))
+        self._late_bytes[parent_id] = spent + size
         if spent + size <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT:
             self.recorder.late_output(cell, output)
         elif spent <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT + 1:
