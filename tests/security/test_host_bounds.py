@@ -81,13 +81,13 @@ def over(channel, size):
     msg_type = {"iopub": "display_data", "stdin": "input_request", "shell": "execute_reply",
                 "control": "comm_msg"}[channel]
     msg = _s.msg(msg_type, {}, parent=parent)
-    body = b'{"data": {"text/plain": "' + b"A" * size + b'"}, "metadata": {}, "prompt": "", "password": false}'
+    body = b"A" * size  # never parsed: refused by the host's socket before it is read
     parts = [_s.pack(msg["header"]), _s.pack(msg["parent_header"]), _s.pack({}), body]
     frames = [b"<IDS|MSG>", _s.sign(parts), *parts]
     if channel == "iopub":
         _k.iopub_socket.send_multipart([b"display_data", *frames])
         return
-    ident = _k._parent_ident[channel]
+    ident = _k._parent_ident["control" if channel == "control" else "shell"]
     idents = [ident] if isinstance(ident, bytes) else list(ident)
     sock = {"stdin": _k.stdin_socket, "shell": _k.shell_stream.socket if _k.shell_stream else None,
             "control": _k.control_stream.socket if _k.control_stream else None}[channel]
@@ -97,7 +97,7 @@ def over(channel, size):
 
 @pytest.fixture(scope="module")
 def bounded(session_factory):
-    return session_factory(memory_mb=512, max_message_mb=MAX_MESSAGE_MB, cell_timeout=60.0)
+    return session_factory(memory_mb=1024, max_message_mb=MAX_MESSAGE_MB, cell_timeout=60.0)
 
 
 @pytest.mark.parametrize("channel", ["stdin", "iopub", "shell", "control"])

@@ -291,9 +291,10 @@ class GateService:
         control.connect(sandbox.endpoint("control"))
         self._host_control = control
         for channel, sock in [*self._back.items(), ("control (host)", control)]:
-            monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
             self._monitors.append(monitor)
-            self._spawn(self._watch_channel(channel, monitor, sandbox), back=True)
+            endpoint = sandbox.endpoint("control" if channel == "control (host)" else channel)
+            self._spawn(self._watch_channel(channel, sock, endpoint, monitor, sandbox), back=True)
         for channel in ROUTED:
             self._spawn(self._pump_to_kernel(channel), back=True)
             self._spawn(self._pump_to_front(channel), back=True)
@@ -386,32 +387,40 @@ class GateService:
                             reason="no running cell of this session allowed stdin")
         return False
 
-    async def _watch_channel(self, channel: str, monitor: zmq.asyncio.Socket, sandbox: Sandbox) -> None:
-        """A connection to a live kernel that drops and comes back means a frame over the size bound.
+    async def _watch_channel(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str,
+                             monitor: zmq.asyncio.Socket, sandbox: Sandbox) -> None:
+        """A connection dropped without a reconnect attempt means a frame over the size bound.
 
-        libzmq disconnects a peer that sends a frame over ZMQ_MAXMSGSIZE and the
-        socket reconnects at once; a dead kernel's connection never comes back
-        (its death is _watch_process's). Messages queued behind the dropped one
-        are lost with the connection, so the running cell cannot be trusted to
-        finish: it ends `error` and the kernel is stopped (Session restarts it).
+        libzmq ends the connection of a peer that sends a frame over
+        ZMQ_MAXMSGSIZE as a protocol error: no reconnect follows (a connection
+        error, such as a dying kernel, is followed at once by a retry, and the
+        death is _watch_process's). Messages queued behind the dropped one are
+        lost with the connection.
         """
-        dropped = False
         while True:
             event = parse_monitor_message(await monitor.recv_multipart())
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                dropped = True
-            elif event["event"] == zmq.EVENT_CONNECTED and dropped:
-                dropped = False
-                if self.sandbox is sandbox and not self._stopping:
-                    self._channel_overflow(channel, sandbox)
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            try:
+                await asyncio.wait_for(monitor.recv_multipart(), 1.0)
+                continue  # libzmq is retrying: the kernel went away
+            except TimeoutError:
+                pass
+            if self.sandbox is sandbox and not self._stopping:
+                self._channel_overflow(channel, sock, endpoint, sandbox)
 
-    def _channel_overflow(self, channel: str, sandbox: Sandbox) -> None:
+    def _channel_overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: Sandbox) -> None:
         limit = self.bounds.max_message_bytes
         self.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
                             note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
+        try:  # libzmq does not reconnect after a protocol error: the relay does
+            sock.disconnect(endpoint)
+        except zmq.ZMQError:
+            pass
+        sock.connect(endpoint)
         head = self._running()
         if head is None or self._killed_by_host is sandbox:
-            return  # between cells nothing waits on the lost messages; the connection is already back
+            return  # between cells nothing waits on the lost messages
         head.error = {"ename": "MessageTooLarge", "evalue": (
             f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
             f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
