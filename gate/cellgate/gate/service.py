@@ -154,6 +154,9 @@ class GateService:
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
+        # nbformat compiles its output schema on first use (a second or more on a busy host): here,
+        # not on the gate's loop in the middle of a cell's output.
+        output_dict({"header": {"msg_type": "stream"}, "content": {"name": "stdout", "text": ""}})
         self._thread.start()
         self._ready.wait(10)
         self._call(self._bind_front())
@@ -436,6 +439,9 @@ class GateService:
     async def _pump_iopub(self) -> None:
         src, dst = self._back["iopub"], self._front["iopub"]
         while True:
+            # A ready socket does not yield to the loop: without this a flood of queued messages
+            # would hold back every reply, timer and probe until the whole queue is drained.
+            await asyncio.sleep(0)
             frames = await src.recv_multipart()
             try:
                 forward = self._on_iopub(frames)
