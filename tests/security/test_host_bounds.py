@@ -22,6 +22,8 @@ import pytest
 
 from cellgate.gate.approval import ApprovalRequest, describe_request
 from cellgate.gate.audit import show
+from cellgate.gate.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
+from cellgate.gate.gate import CallRecord
 from cellgate.gate.recorder import journal_path
 from cellgate.gate.report import render
 
@@ -131,22 +133,23 @@ def test_B1_a_giant_message_on_any_channel_is_dropped_at_the_socket(bounded, cha
         c.source for c in nbformat.read(box.session.notebook_path, as_version=4).cells if c.cell_type == "markdown")
 
 
-def test_B1_an_output_too_large_to_record_is_never_parsed(bounded) -> None:
-    """Under the socket bound but over what a cell may record: counted and digested, not parsed."""
+@pytest.mark.parametrize("lists", [4 << 20, 1 << 20], ids=["12 MB, over the output limit", "3 MB, under it"])
+def test_B1_an_output_too_costly_to_record_is_never_parsed(bounded, lists: int) -> None:
+    """Under the socket bound: over what a cell may record, or small text holding millions of values."""
     box = bounded
     with HostMemory() as host:
-        result = box.execute(SEND + '''
+        result = box.execute(SEND + f'''
 parent = _k.get_parent("shell")
-msg = _s.msg("display_data", {}, parent=parent)
-body = b'{"data": {"application/json": [' + b"[]," * (4 << 20) + b'[]]}, "metadata": {}}'
-parts = [_s.pack(msg["header"]), _s.pack(msg["parent_header"]), _s.pack({}), body]
+msg = _s.msg("display_data", {{}}, parent=parent)
+body = b'{{"data": {{"application/json": [' + b"[]," * {lists} + b'[]]}}, "metadata": {{}}}}'
+parts = [_s.pack(msg["header"]), _s.pack(msg["parent_header"]), _s.pack({{}}), body]
 _k.iopub_socket.send_multipart([b"display_data", b"<IDS|MSG>", _s.sign(parts), *parts])
 print("sent", len(body))
 ''')
     assert result.status == "ok", (result.status, result.error)
     assert "output" in result.limits_hit
     assert "bytes dropped" in result.text
-    # 12 MB of 4 million empty lists would be ~1 GB of Python objects per copy if parsed.
+    # Parsed, each empty list is a 56-byte object: 4 million of them ~1 GB per copy, 1 million ~250 MB.
     assert host.growth_mb < 4 * MAX_MESSAGE_MB + 64, host.growth_mb
     assert box.execute("print(tools.echo('after'))").stdout == "after\n"
 
@@ -344,3 +347,28 @@ def test_B5_calls_are_bound_to_the_running_cell_and_claims_are_labelled(session_
 def second_line(box, line: int) -> str | None:
     source = code_cells(box)[-1].source.splitlines()
     return source[line - 1] if 1 <= line <= len(source) else None
+
+
+def test_json_values_counts_structure_not_text() -> None:
+    assert json_values(b'{"name": "stdout", "text": "' + b"[1, 2], {a}, " * 100_000 + b'"}') <= 6
+    assert json_values(b"[" + b"[]," * 200_000 + b"[]]") > MAX_OUTPUT_VALUES
+    assert json_values(b"[" + b'"a",' * 200_000 + b'"a"]') > MAX_OUTPUT_VALUES
+    assert json_values(b'["' + b'\\",[' * 200_000 + b'"]') <= 3  # escaped quotes stay inside the string
+
+
+def test_refusal_ledger_coalesces_counts_and_summarises() -> None:
+    ledger = RefusalLedger(budget=3)
+
+    def refused(seq: int, tool: str, args: dict) -> CallRecord:
+        return CallRecord(seq=seq, id=f"{seq:016x}", tool=tool, args=args, started="", args_sha256=str(args),
+                          error={"kind": "denied", "message": f"{tool} denied"})
+
+    assert ledger.note("add", refused(1, "add", {})) == "record"
+    assert ledger.note("add", refused(2, "add", {})) == "coalesced"
+    big = refused(3, "add", {"x": "y" * 5000})
+    assert ledger.note("add", big) == "record" and "(not recorded)" in big.args
+    assert ledger.exhausted
+    assert ledger.note("nope") == "dropped" and ledger.note("last") == "dropped"
+    assert ledger.summary() == [
+        ("refusals-coalesced", {"seq": 1, "tool": "add", "repeated": 1}),
+        ("refusals-dropped", {"count": 2, "first_tool": "nope", "last_tool": "last", "budget": 3})]

@@ -4,12 +4,14 @@
 ``max_refusals_per_cell``). ``RefusalLedger`` keeps one cell's refused calls
 within its budget: identical refusals are recorded once and counted, the
 budget counts every refusal, and past it nothing more is recorded but a
-summary (count, first and last tool) when the cell ends.
+summary (count, first and last tool) when the cell ends. ``json_values``
+counts what a message would cost to parse before the host parses it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from json.decoder import scanstring
 from typing import Any, Literal
 
 from .gate import CallRecord, canonical_json
@@ -18,6 +20,37 @@ from .gate import CallRecord, canonical_json
 REFUSED_KINDS = frozenset({"not_found", "invalid", "denied", "budget", "rate_limited"})
 # A refused call's arguments are recorded up to this size; beyond it only their size and digest.
 REFUSED_ARGS_BYTES = 2048
+
+
+# JSON values one output may hold: parsed, each costs the host ~50-100 bytes whatever its text
+# size ("[]," is 3 bytes of text and a 56-byte list), so a message's cost is bounded by this,
+# not only by its size. A plot of a few hundred thousand points fits; past it the output is
+# counted as dropped, never parsed. Counting them costs at most ~0.5 s of host CPU per message.
+MAX_OUTPUT_VALUES = 100_000
+
+
+def json_values(body: bytes, cap: int = MAX_OUTPUT_VALUES) -> int:
+    """How many JSON values ``body`` holds, counted without building them; stops once past ``cap``.
+
+    Commas, brackets and braces outside strings, plus the strings: each string is skipped by
+    the json module's C scanner, so the Python work is one step per string, at most ``cap``.
+    """
+    if body.count(b",") + body.count(b"[") + body.count(b"{") + body.count(b'"') // 2 <= cap:
+        return 0  # cannot be over (strings' contents included): no scan
+    text = body.decode("utf-8", "replace")
+    count = pos = 0
+    while count <= cap:
+        quote = text.find('"', pos)
+        end = len(text) if quote < 0 else quote
+        count += text.count(",", pos, end) + text.count("[", pos, end) + text.count("{", pos, end)
+        if quote < 0:
+            break
+        try:
+            pos = scanstring(text, quote + 1)[1]
+        except ValueError:
+            break  # not valid JSON: the parser rejects it
+        count += 1
+    return count
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from jupyter_client.session import Session
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
-from .bounds import HostBounds, RefusalLedger, is_refusal
+from .bounds import MAX_OUTPUT_VALUES, HostBounds, RefusalLedger, is_refusal, json_values
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
@@ -611,7 +611,10 @@ class GateService:
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return False
         size = len(msg["content"])
-        parsed = self._content(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
+        if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
+            parsed = None  # small text, huge structure: what it would cost is counted, not paid
+        else:
+            parsed = self._content(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
         if parsed is None:
             return self._unread(msg, msg_type, size)
         content = msg["content"] = parsed
