@@ -6,15 +6,24 @@ within its budget: identical refusals are recorded once and counted, the
 budget counts every refusal, and past it nothing more is recorded but a
 summary (count, first and last tool) when the cell ends. ``json_values``
 counts what a message would cost to parse before the host parses it.
+``watch_overflow`` tells a frame refused by ``ZMQ_MAXMSGSIZE`` from a kernel
+that went away.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Literal
 
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
 from .gate import CallRecord, canonical_json
+from .protocol import ProtocolError, strict_loads
 
 # Error kinds of a call the gate refused before any tool ran.
 REFUSED_KINDS = frozenset({"not_found", "invalid", "denied", "budget", "rate_limited"})
@@ -114,3 +123,53 @@ def shrink_args(record: CallRecord) -> None:
     size = len(canonical_json(record.args).encode())
     if size > REFUSED_ARGS_BYTES:
         record.args = {"(not recorded)": f"{size} bytes of arguments of a refused call; see args_sha256"}
+
+
+OVERFLOW_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+async def watch_overflow(monitor: zmq.asyncio.Socket, on_overflow: Callable[[], None]) -> None:
+    """Call ``on_overflow`` each time the monitored socket's peer sent a frame over its size bound.
+
+    ``monitor`` watches ``OVERFLOW_EVENTS``. libzmq ends the connection of a peer that sends a
+    frame over ZMQ_MAXMSGSIZE as a protocol error, and then never reconnects; a connection
+    error (the kernel went away) is followed at once by a retry.
+    """
+    while True:
+        event = parse_monitor_message(await monitor.recv_multipart())
+        if event["event"] != zmq.EVENT_DISCONNECTED:
+            continue
+        try:
+            await asyncio.wait_for(monitor.recv_multipart(), 1.0)
+            continue  # libzmq is retrying: not an overflow
+        except TimeoutError:
+            on_overflow()
+
+
+def reopen(sock: zmq.Socket[Any], endpoint: str) -> None:
+    """Connect again after an overflow (libzmq does not, after a protocol error)."""
+    try:
+        sock.disconnect(endpoint)
+    except zmq.ZMQError:
+        pass
+    sock.connect(endpoint)
+
+
+def read_unparsed(session: Any, frames: list[bytes], header_cap: int, metadata_cap: int) -> tuple[list[bytes], Any]:
+    """(identities, message) with the signature checked and headers parsed within their caps; the
+    content is left as bytes for ``content_within``. Raises on anything malformed."""
+    idents, rest = session.feed_identities(frames)
+    if len(rest) < 5:
+        raise ProtocolError(f"{len(rest)} frames after the delimiter")
+    if len(rest[1]) > header_cap or len(rest[2]) > header_cap or len(rest[3]) > metadata_cap:
+        raise ProtocolError(f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
+    return idents, session.deserialize(rest, content=False)
+
+
+def content_within(msg: Any, cap: int) -> dict[str, Any] | None:
+    """Parse a message's content if it is at most ``cap`` bytes (else None): the host never parses more."""
+    body = msg["content"]
+    if len(body) > cap:
+        return None
+    content = strict_loads(body)
+    return content if isinstance(content, dict) else {}

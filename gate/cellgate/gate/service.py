@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -29,19 +30,20 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
-from zmq.utils.monitor import parse_monitor_message
 from jupyter_client.session import Session
 
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
-from .bounds import MAX_OUTPUT_VALUES, HostBounds, RefusalLedger, is_refusal, json_values
+from .bounds import (MAX_OUTPUT_VALUES, OVERFLOW_EVENTS, HostBounds, RefusalLedger, content_within, is_refusal,
+                     json_values, read_unparsed, reopen, watch_overflow)
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
 
 from .protocol import ProtocolError, batch_items, parse_call, strict_loads
 from .journal import JournalError
+from .late import LateOutput
 from .oom import OomWatch
 from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
@@ -56,9 +58,6 @@ MAX_HEADER_BYTES = 16 << 10
 MAX_METADATA_BYTES = 64 << 10
 # Journal entries about hostile input, per kind, before they are only counted.
 PROTOCOL_EVENTS_PER_KIND = 50
-LATE_OUTPUT_BYTES = 64 << 10  # per ended cell
-LATE_OUTPUT_COUNT = 100  # per ended cell
-LATE_REWRITE_INTERVAL = 2.0  # seconds: late output rewrites the notebook at most this often
 ROUTED = ("shell", "control", "stdin", "hb")
 IOPUB_TYPES = frozenset({
     "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
@@ -143,10 +142,7 @@ class GateService:
         self._killed_by_host: Sandbox | None = None
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self._outbox: dict[str, list[dict[str, Any]]] = {}
-        self._late_bytes: dict[str, int] = {}
-        self._late_counts: collections.Counter[str] = collections.Counter()
-        self._late_rewrite: asyncio.TimerHandle | None = None
-        self._late_rewritten = 0.0
+        self._late = LateOutput(recorder, self.recorder_failure)
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
         self._monitors: list[zmq.asyncio.Socket] = []
@@ -294,10 +290,11 @@ class GateService:
         control.connect(sandbox.endpoint("control"))
         self._host_control = control
         for channel, sock in [*self._back.items(), ("control (host)", control)]:
-            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
+            monitor = sock.get_monitor_socket(OVERFLOW_EVENTS)
             self._monitors.append(monitor)
             endpoint = sandbox.endpoint("control" if channel == "control (host)" else channel)
-            self._spawn(self._watch_channel(channel, sock, endpoint, monitor, sandbox), back=True)
+            overflow = functools.partial(self._channel_overflow, channel, sock, endpoint, sandbox)
+            self._spawn(watch_overflow(monitor, overflow), back=True)
         for channel in ROUTED:
             self._spawn(self._pump_to_kernel(channel), back=True)
             self._spawn(self._pump_to_front(channel), back=True)
@@ -333,8 +330,7 @@ class GateService:
 
     async def _stop(self) -> None:
         self._stopping = True
-        if self._late_rewrite is not None:
-            self._late_rewrite.cancel()  # the recorder's close writes the notebook
+        self._late.close()
         if self._protocol_counts:
             self.recorder.event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
@@ -382,7 +378,7 @@ class GateService:
         if head is not None and head.allow_stdin and parent_id == head.record.msg_id:
             return True
         try:
-            content = self._content(msg, MAX_HEADER_BYTES)
+            content = content_within(msg, MAX_HEADER_BYTES)
         except ProtocolError:
             content = {}
         prompt = str(content.get("prompt", ""))[:200]
@@ -390,37 +386,16 @@ class GateService:
                             reason="no running cell of this session allowed stdin")
         return False
 
-    async def _watch_channel(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str,
-                             monitor: zmq.asyncio.Socket, sandbox: Sandbox) -> None:
-        """A connection dropped without a reconnect attempt means a frame over the size bound.
-
-        libzmq ends the connection of a peer that sends a frame over
-        ZMQ_MAXMSGSIZE as a protocol error: no reconnect follows (a connection
-        error, such as a dying kernel, is followed at once by a retry, and the
-        death is _watch_process's). Messages queued behind the dropped one are
-        lost with the connection.
-        """
-        while True:
-            event = parse_monitor_message(await monitor.recv_multipart())
-            if event["event"] != zmq.EVENT_DISCONNECTED:
-                continue
-            try:
-                await asyncio.wait_for(monitor.recv_multipart(), 1.0)
-                continue  # libzmq is retrying: the kernel went away
-            except TimeoutError:
-                pass
-            if self.sandbox is sandbox and not self._stopping:
-                self._channel_overflow(channel, sock, endpoint, sandbox)
-
     def _channel_overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: Sandbox) -> None:
+        """A frame over the bound was refused with its connection, and messages behind it were lost:
+        the relay reconnects; a running cell cannot be trusted to finish, so it ends `error` and the
+        kernel is stopped (Session restarts it)."""
+        if self.sandbox is not sandbox or self._stopping:
+            return
         limit = self.bounds.max_message_bytes
         self.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
                             note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
-        try:  # libzmq does not reconnect after a protocol error: the relay does
-            sock.disconnect(endpoint)
-        except zmq.ZMQError:
-            pass
-        sock.connect(endpoint)
+        reopen(sock, endpoint)
         head = self._running()
         if head is None or self._killed_by_host is sandbox:
             return  # between cells nothing waits on the lost messages
@@ -464,24 +439,10 @@ class GateService:
     def _read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
         """A kernel message with its headers checked and parsed, its content left unparsed (bytes)."""
         try:
-            idents, rest = self._kernel_session.feed_identities(frames)
-            if len(rest) < 5:
-                raise ProtocolError(f"{len(rest)} frames after the delimiter")
-            if len(rest[1]) > MAX_HEADER_BYTES or len(rest[2]) > MAX_HEADER_BYTES or len(rest[3]) > MAX_METADATA_BYTES:
-                raise ProtocolError(f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
-            return idents, self._kernel_session.deserialize(rest, content=False)
+            return read_unparsed(self._kernel_session, frames, MAX_HEADER_BYTES, MAX_METADATA_BYTES)
         except Exception as exc:
             self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
             return None
-
-    @staticmethod
-    def _content(msg: Any, cap: int) -> Any:
-        """Parse a message's content if it is at most ``cap`` bytes (else None): the host never parses more."""
-        body = msg["content"]
-        if len(body) > cap:
-            return None
-        content = strict_loads(body)
-        return content if isinstance(content, dict) else {}
 
     def _tap_request(self, frames: list[bytes]) -> bool:
         """Record an execute_request; False when the host answers it instead of the kernel."""
@@ -580,7 +541,7 @@ class GateService:
         if head is None or parent_id != head.record.msg_id:
             return
         try:
-            content = self._content(msg, MAX_PARSED_CONTENT)
+            content = content_within(msg, MAX_PARSED_CONTENT)
         except ProtocolError as exc:
             self.protocol_event("protocol-error", channel="shell-reply", error=str(exc)[:300])
             content = {}
@@ -614,7 +575,7 @@ class GateService:
         if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
             parsed = None  # small text, huge structure: what it would cost is counted, not paid
         else:
-            parsed = self._content(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
+            parsed = content_within(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
         if parsed is None:
             return self._unread(msg, msg_type, size)
         content = msg["content"] = parsed
@@ -638,7 +599,8 @@ class GateService:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             if msg_type in ("stream", "display_data", "execute_result", "error"):
-                self._late_output(str(parent_id), msg)
+                assert self.loop is not None
+                self._late.add(self.loop, str(parent_id), msg)
             return True
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -663,52 +625,12 @@ class GateService:
             head.dropped_digest.update(msg["content"])
             self.protocol_event("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
         elif msg_type in OUTPUT_TYPES:
-            self._late_bytes[str(parent_id)] = self._late_bytes.get(str(parent_id), 0) + size
+            self._late.unread(str(parent_id), size)
             self.protocol_event("output-over-limit", msg_type=msg_type, size=size, late=True)
         else:
             self.protocol_event("message-too-large", channel="iopub", msg_type=msg_type, size=size,
                                 limit_bytes=MAX_PARSED_CONTENT)
         return False
-
-    def _late_output(self, parent_id: str, msg: dict[str, Any]) -> None:
-        """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""
-        cell = self.recorder.reducer.by_id.get(parent_id)
-        if cell is None or cell.status is None:
-            return
-        self._late_counts[parent_id] += 1
-        count = self._late_counts[parent_id]
-        spent = self._late_bytes.get(parent_id, 0)
-        if spent > LATE_OUTPUT_BYTES or count > LATE_OUTPUT_COUNT + 1:
-            return  # past the caps: counted, never converted or recorded (that is what costs the host)
-        output = output_dict(msg)
-        size = len(json.dumps(output, ensure_ascii=False))
-        self._late_bytes[parent_id] = spent + size
-        if spent + size <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT:
-            self.recorder.late_output(cell, output)
-        elif spent <= LATE_OUTPUT_BYTES and count <= LATE_OUTPUT_COUNT + 1:
-            self._late_bytes[parent_id] = LATE_OUTPUT_BYTES + 1  # one marker, then nothing
-            self.recorder.late_output(cell, {"output_type": "stream", "name": "stderr", "text":
-                                             f"[late output over {LATE_OUTPUT_BYTES} bytes or {LATE_OUTPUT_COUNT} "
-                                             "outputs: the rest was dropped]\n"})
-        else:
-            return
-        self._rewrite_soon()
-
-    def _rewrite_soon(self) -> None:
-        """Late output reaches the notebook by one rewrite per interval at most, never one per output."""
-        if self._late_rewrite is not None or self.loop is None:
-            return
-        delay = max(0.0, self._late_rewritten + LATE_REWRITE_INTERVAL - self.loop.time())
-        self._late_rewrite = self.loop.call_later(delay, self._rewrite_now)
-
-    def _rewrite_now(self) -> None:
-        assert self.loop is not None
-        self._late_rewrite = None
-        self._late_rewritten = self.loop.time()
-        try:
-            self.recorder.write_notebook()
-        except Exception as exc:
-            self.recorder_failure(exc)
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
