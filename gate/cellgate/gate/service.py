@@ -146,7 +146,8 @@ class GateService:
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
         self._monitors: list[zmq.asyncio.Socket] = []
-        self._kill_status: tuple[str, str] | None = None  # (cell status, reason) when the host kills a kernel
+        # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
+        self._kill_status: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -404,7 +405,7 @@ class GateService:
             f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
         if "message-size" not in head.limits:
             head.limits.append("message-size")
-        self._kill_status = ("error", "message-size")
+        self._kill_status[sandbox.id] = ("error", "message-size")
         self._spawn(self._kill(sandbox))
 
     async def _drain(self, sock: zmq.asyncio.Socket) -> None:
@@ -834,8 +835,7 @@ class GateService:
             return
         if self._killed_by_host is sandbox:
             self.recorder.event("kernel-killed", exit_code=code)
-            status, reason = self._kill_status or ("killed", "killed-by-host")
-            self._kill_status = None
+            status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
             self._fail_queue(status, reason)
             return
         if self._oom is not None and self._oom.hit:
