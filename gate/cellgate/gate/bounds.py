@@ -33,7 +33,7 @@ REFUSED_ARGS_BYTES = 2048
 
 # JSON values one output may hold: parsed, each costs the host ~50-100 bytes whatever its text
 # size ("[]," is 3 bytes of text and a 56-byte list), so a message's cost is bounded by this,
-# not only by its size. A plot of a few hundred thousand points fits; past it the output is
+# not only by its size. A plot of tens of thousands of points fits; past it the output is
 # counted as dropped, never parsed. Counting them costs at most ~0.5 s of host CPU per message.
 MAX_OUTPUT_VALUES = 100_000
 
