@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from cellgate.gate.approval import ApprovalRequest, describe_request
-from cellgate.gate.audit import show
+from cellgate.gate.audit import show, verify
 from cellgate.gate.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
 from cellgate.gate.gate import CallRecord
 from cellgate.gate.recorder import journal_path
@@ -203,6 +203,7 @@ print("flood over", sent)
     grown = journal_path(notebook).stat().st_size - journal_before
     assert grown < 256 << 10, grown  # before: 220 MB of journal for the same flood
     assert notebook.stat().st_size < 256 << 10
+    assert verify(notebook) == []  # the coalesced record is the journal's, rebuilt the same way
     assert host.growth_mb < 128, host.growth_mb
     box.restart()
     assert box.execute("print(tools.echo('after'))").stdout == "after\n"
@@ -221,8 +222,8 @@ def churn():
         time.sleep(0.002)
 churner = threading.Thread(target=churn, daemon=True)
 churner.start()
-for _ in range(112):
-    print("B" * 65535)
+for _ in range(112):   # each its own message: the cell records 8 MB (output_limit_kb), head and tail
+    print("B" * 65535, flush=True)
 '''
 
 
@@ -255,6 +256,7 @@ def test_B4_late_output_churn_neither_rewrites_the_world_nor_slows_the_next_call
     box = session_factory(cell_timeout=120.0)
     big = box.execute(CHURN)
     assert big.status == "ok"
+    assert box.session.notebook_path.stat().st_size > 7 << 20  # the world a late output used to rewrite
     wrote = written_bytes()
     with LoopLag(box) as lag:
         result = box.execute('''
@@ -370,5 +372,5 @@ def test_refusal_ledger_coalesces_counts_and_summarises() -> None:
     assert ledger.exhausted
     assert ledger.note("nope") == "dropped" and ledger.note("last") == "dropped"
     assert ledger.summary() == [
-        ("refusals-coalesced", {"seq": 1, "tool": "add", "repeated": 1}),
+        ("refusals-coalesced", {"call_seq": 1, "tool": "add", "repeated": 1}),
         ("refusals-dropped", {"count": 2, "first_tool": "nope", "last_tool": "last", "budget": 3})]

@@ -110,7 +110,7 @@ class RefusalLedger:
     def summary(self) -> list[tuple[str, dict[str, Any]]]:
         """The journal events that close the cell's account of its refusals."""
         events: list[tuple[str, dict[str, Any]]] = [
-            ("refusals-coalesced", {"seq": seq, "tool": key[0], "repeated": repeats})
+            ("refusals-coalesced", {"call_seq": seq, "tool": key[0], "repeated": repeats})
             for key, (seq, repeats) in self.seen.items() if repeats]
         if self.dropped:
             events.append(("refusals-dropped", {"count": self.dropped, "first_tool": self.first_dropped,

@@ -213,7 +213,7 @@ class Reducer:
             cell.error = record.get("error")
             cell.journal = {"seq": record["seq"], "hash": record["hash"]}
         elif event == "refusals-coalesced":  # identical refusals, recorded once with their count
-            cell.calls = [dict(c, repeated=record["repeated"]) if c.get("seq") == record["seq"] else c
+            cell.calls = [dict(c, repeated=record["repeated"]) if c.get("seq") == record["call_seq"] else c
                           for c in cell.calls]
         elif event == "refusals-dropped":
             cell.refusals_dropped = {k: record.get(k) for k in ("count", "first_tool", "last_tool", "budget")}
