@@ -343,6 +343,7 @@ def test_B5_calls_are_bound_to_the_running_cell_and_claims_are_labelled(session_
                               cell_line=claimed["line"], source_line=claimed.get("source_line"), requested=0,
                               deadline=1e12)
     assert "(reported by the kernel)" in describe_request(request)
+    assert verify(box.session.notebook_path) == []
     assert box.execute("print(tools.echo('alive'))").stdout == "alive\n"
 
 
