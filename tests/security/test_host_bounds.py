@@ -273,8 +273,9 @@ print(f"{worst:.3f}")
     assert result.status == "ok", result.error
     # The host: a call arriving during the flood waits less than 1 s for the gate (before: 30.6 s).
     assert lag.worst < 1.0, lag.worst
-    # End to end, seen from the cell (includes the kernel's own output queue and a loaded machine).
-    assert float(result.stdout) < 2.0, result.stdout
+    # End to end, seen from the cell: also the kernel's own output queue and a loaded machine's
+    # scheduling (0.2-0.5 s alone, up to 2.4 s seen beside other sandbox suites), so a looser bound.
+    assert float(result.stdout) < 5.0, result.stdout
     deadline = time.monotonic() + 60
     while len(code_cells(box)[0].metadata.cellgate.get("late_outputs", [])) < 100:
         assert time.monotonic() < deadline, "late output never reached the notebook"
