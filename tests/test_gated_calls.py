@@ -111,7 +111,8 @@ results = [
     raw({"op": "call", "id": "not-hex!", "tool": "echo", "args": {}}),
     raw("just a string"),
     raw({"op": "call", "args": {"text": "x" * (2 << 20)}}),
-    raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {"text": "still fine"}}),
+    raw({"op": "call", "id": uuid.uuid4().hex, "tool": "echo", "args": {"text": "still fine"},
+         "cell": runtime._cell_id()}),
 ]
 for r in results:
     print(r)
@@ -160,7 +161,7 @@ def expect(call_id):
 good, bad = uuid.uuid4().hex, uuid.uuid4().hex
 waits = [expect(good), expect(bad)]
 comm.send({"op": "batch", "calls": [
-    {"op": "call", "id": good, "tool": "echo", "args": {"text": "kept"}},
+    {"op": "call", "id": good, "tool": "echo", "args": {"text": "kept"}, "cell": runtime._cell_id()},
     {"op": "batch", "id": bad, "calls": []},
     "junk",
 ]})

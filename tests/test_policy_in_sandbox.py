@@ -104,7 +104,7 @@ def test_rule_allows_small_sums_without_asking(governed) -> None:
     assert result.stdout == "5\n"
     (call,) = calls_of_last_cell(governed)
     assert call["rule"] == "tools.add.rules[0] (small sums are routine)" and call["decision"] == "allow"
-    assert call["counters"]["cell"] == 1 and call["cell_line"] == 1 and call["source_line"] == "print(tools.add(2, 3))"
+    assert call["counters"]["cell"] == 1 and call["claimed"]["line"] == 1 and call["claimed"]["source_line"] == "print(tools.add(2, 3))"
 
 
 def run_in_background(box, code: str) -> concurrent.futures.Future:

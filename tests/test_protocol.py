@@ -25,8 +25,10 @@ def test_strict_loads_accepts_ordinary_json() -> None:
 
 
 def test_parse_call() -> None:
-    data = {"op": "call", "id": "ab" * 8, "tool": "list_orders", "args": {"month": "2026-10"}}
-    assert parse_call(data, 100) == CallRequest("ab" * 8, "list_orders", {"month": "2026-10"})
+    data = {"op": "call", "id": "ab" * 8, "tool": "list_orders", "args": {"month": "2026-10"}, "cell": "m1",
+            "thread": "MainThread"}
+    assert parse_call(data, 100) == CallRequest("ab" * 8, "list_orders", {"month": "2026-10"}, cell="m1",
+                                                thread="MainThread")
 
 
 @pytest.mark.parametrize(("data", "size", "fragment"), [
@@ -37,6 +39,8 @@ def test_parse_call() -> None:
     ({"op": "call", "id": "ab" * 8, "tool": "t", "args": []}, 10, "must be a JSON object"),
     ({"op": "call", "id": "ab" * 8, "tool": "t", "args": {}, "as": "root"}, 10, "unknown request fields"),
     ("call", 10, "must be a JSON object"),
+    ({"op": "call", "id": "ab" * 8, "tool": "t", "args": {}}, 10, "names no cell"),
+    ({"op": "call", "id": "ab" * 8, "tool": "t", "args": {}, "cell": "m1", "thread": 7}, 10, "thread"),
 ])
 def test_parse_call_rejects(data: object, size: int, fragment: str) -> None:
     with pytest.raises(ProtocolError, match=fragment):

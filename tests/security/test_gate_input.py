@@ -42,10 +42,11 @@ def send(frames, topic=b"comm"):
 def call_frame(tool, args, call_id=None, raw_args=None):
     call_id = call_id or uuid.uuid4().hex
     if raw_args is not None:
-        body = ('{"comm_id": "%s", "data": {"op": "call", "id": "%s", "tool": "%s", "args": %s}}'
-                % (_cid, call_id, tool, raw_args)).encode()
+        body = ('{"comm_id": "%s", "data": {"op": "call", "id": "%s", "tool": "%s", "cell": "%s", "args": %s}}'
+                % (_cid, call_id, tool, _rt._cell_id(), raw_args)).encode()
         return call_id, signed("comm_msg", body)
-    return call_id, signed("comm_msg", {"comm_id": _cid, "data": {"op": "call", "id": call_id, "tool": tool, "args": args}})
+    return call_id, signed("comm_msg", {"comm_id": _cid, "data": {"op": "call", "id": call_id, "tool": tool,
+                                                                  "cell": _rt._cell_id(), "args": args}})
 
 def await_reply(call_id, seconds=20):
     from concurrent.futures import Future
@@ -164,7 +165,8 @@ def test_G3_Y6_approvals_are_bound_to_one_call_and_used_once(hostile, asked: Ask
     first_parent = {"msg_id": first.execution_count, "msg_type": "execute_request"}
     forged = hostile.execute(f'''
 call_id, frames = call_frame("add", {{"a": 50, "b": 1}})
-frames = signed("comm_msg", {{"comm_id": _cid, "data": {{"op": "call", "id": call_id, "tool": "add", "args": {{"a": 50, "b": 1}}}}}},
+frames = signed("comm_msg", {{"comm_id": _cid, "data": {{"op": "call", "id": call_id, "tool": "add", "cell": _rt._cell_id(),
+                                                      "args": {{"a": 50, "b": 1}}}}}},
                 parent={first_parent!r})
 fut = await_reply(call_id)
 send(frames)

@@ -288,7 +288,7 @@ def test_H14_approvals_list_and_show_escape_everything_hidden(session_factory, t
     assert "characters elided; `cellgate approvals show " + request_id + "` prints all⟩ … " in out
     assert out.rstrip().count("\n") < 12 and "zzzEND" in out  # head and tail, not 3,000 characters of z
     assert f"sha256:    {request['args_sha256']}" in out
-    assert "cell line 2 (claimed by the kernel): " in out
+    assert "cell line 2 (reported by the kernel): " in out
 
     shown = cellgate("approvals", "show", request_id, env=env)
     assert shown.returncode == 0, shown.stderr

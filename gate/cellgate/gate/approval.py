@@ -125,7 +125,7 @@ def describe_request(request: ApprovalRequest) -> str:
         f"sha256:    {reveal(request.args_sha256)} (of the arguments; the approval is bound to it)",
     ]
     if request.cell_line is not None:
-        lines.append(f"cell line {request.cell_line} (claimed by the kernel): {reveal(request.source_line or '')}")
+        lines.append(f"cell line {request.cell_line} (reported by the kernel): {reveal(request.source_line or '')}")
     return "\n".join(lines)
 
 
@@ -146,7 +146,7 @@ def describe_full(request: ApprovalRequest) -> tuple[str, bool]:
         lines.append(f"MISMATCH:  the request names the digest {reveal(request.args_sha256)}; "
                      "these are not the arguments the approval would be bound to: deny it")
     if request.cell_line is not None:
-        lines.append(f"cell line {request.cell_line} (claimed by the kernel): "
+        lines.append(f"cell line {request.cell_line} (reported by the kernel): "
                      f"{reveal(request.source_line or '', compress=False)}")
     return "\n".join(lines), matches
 

@@ -104,6 +104,19 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def claims_text(call: dict[str, Any]) -> str:
+    """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
+    claimed = _dict(call.get("claimed"))
+    parts = []
+    if claimed.get("line") is not None:
+        parts.append(f"line {_field(claimed['line'], 20)}")
+    if claimed.get("source_line"):
+        parts.append(repr(_field(claimed["source_line"], 120)))
+    if claimed.get("thread"):
+        parts.append(f"thread {_field(claimed['thread'], 60)!r}")
+    return "reported by the kernel: " + ", ".join(parts) if parts else ""
+
+
 def show(path: Path, console: Console | None = None) -> int:
     """A terminal summary of a run; returns the number of cells that did not end ok.
 
@@ -158,8 +171,10 @@ def show(path: Path, console: Console | None = None) -> int:
                 (_field(_dict(call.get("error")).get("kind", call.get("outcome", "failed")), 40), "red")
             duration = call.get("duration_ms")
             took = f"{duration:.1f} ms" if isinstance(duration, (int, float)) and not isinstance(duration, bool) else "?"
+            claims = claims_text(call)
             line(f"  #{_field(call.get('seq'), 20)} {_field(call.get('tool'), 100)} "
-                 f"decision={_field(call.get('decision'), 40)} ", outcome, f" {took}")
+                 f"decision={_field(call.get('decision'), 40)} ", outcome, f" {took}",
+                 (f" ({claims})" if claims else "", "dim"))
     line(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
          f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
     agent = _dict(meta.get("agent"))

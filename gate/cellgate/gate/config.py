@@ -48,8 +48,19 @@ class SandboxSettings(_Strict):
                                                   "(cellgate mcp serve); each is used by one session only")
     snapshot: bool = Field(True, description="gVisor: start each sandbox from a snapshot image of a started "
                                              "kernel, built once per configuration")
+    max_message_mb: int = Field(64, ge=1, le=4096, description="largest message (each frame) the host reads from "
+                                                              "the kernel on any channel; a larger one stops the cell")
+    max_refusals_per_cell: int = Field(100, ge=1, le=1_000_000, description="refused tool calls a cell may make; "
+                                                                          "past them the cell is stopped")
     restricted: bool = Field(False, description="also run cells under RestrictedPython (defense in depth)")
     allowed_imports: list[str] = Field(default_factory=list, description="restricted mode: modules beyond the default set")
+
+    @model_validator(mode="after")
+    def _message_under_memory(self) -> SandboxSettings:
+        if self.max_message_mb * 2 > self.memory_mb:
+            raise ValueError(f"max_message_mb = {self.max_message_mb} must be at most half of memory_mb = "
+                             f"{self.memory_mb}: the host holds a message in memory while it checks it")
+        return self
 
     @field_validator("allowed_imports")
     @classmethod

@@ -96,8 +96,11 @@ class CallRecord:
     duration_ms: float = 0.0
     approval: dict[str, Any] | None = None
     counters: dict[str, int] | None = None
+    # What the kernel says about the call (never checked, only recorded as its claim): the cell
+    # line and thread that made it, and the text of that line in the host's copy of the program.
     cell_line: int | None = None
     source_line: str | None = None
+    thread: str | None = None
     args_sha256: str = ""
     idempotency_key: str | None = None
 
@@ -107,9 +110,13 @@ class CallRecord:
             "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
             "duration_ms": round(self.duration_ms, 3),
         }
-        for key in ("approval", "counters", "cell_line", "source_line", "idempotency_key"):
+        for key in ("approval", "counters", "idempotency_key"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
+        claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),
+                                                   ("thread", self.thread)) if value is not None}
+        if claimed:
+            entry["claimed"] = claimed  # reported by the kernel; every view labels it so
         if self.ok:
             entry["result_sha256"] = self.result_sha256
             entry["result_bytes"] = self.result_bytes
@@ -136,6 +143,7 @@ class CallContext:
 
     cell_source: str = ""
     claimed_line: int | None = None
+    claimed_thread: str | None = None
     # Called with True when the call starts waiting for a person, False when it stops.
     waiting: Callable[[bool], None] = lambda _: None
     # Makes the intent record durable just before the tool runs; raises if it cannot.
@@ -201,6 +209,7 @@ class Gate:
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
                             args_sha256=args_digest(shown_args))
         secrets = [str(request.args[k]) for k in secret_names if k in request.args]
+        record.thread = scrub(context.claimed_thread, secrets) if context.claimed_thread is not None else None
         if context.claimed_line is not None:
             record.cell_line = context.claimed_line
             lines = context.cell_source.splitlines()

@@ -35,6 +35,8 @@ class JournalError(OSError):
 def json_safe(value: Any) -> Any:
     """Make kernel-supplied data writable as strict UTF-8 JSON (lone surrogates, NaN)."""
     if isinstance(value, str):
+        if value.isascii():
+            return value  # no copy: most output is ASCII, and a large one must not be held twice
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return repr(value)

@@ -89,6 +89,7 @@ class CallRequest:
     args: dict[str, Any]
     line: int | None = None  # the cell line the kernel says issued the call (a claim, for provenance)
     cell: str | None = None  # the msg_id of the cell the kernel says started the calling code (a claim)
+    thread: str | None = None  # the name of the kernel thread that made the call (a claim)
 
 
 def batch_items(data: Any, size: int) -> list[Any] | None:
@@ -116,7 +117,7 @@ def parse_call(data: Any, size: int) -> CallRequest:
         raise ProtocolError("a batch inside a batch is not allowed; put its calls in the outer batch")
     if data.get("op") != OP_CALL:
         raise ProtocolError(f"unknown op {str(data.get('op'))[:64]!r}; the ops are {OP_CALL!r} and {OP_BATCH!r}")
-    unknown = set(data) - {"op", "id", "tool", "args", "line", "cell"}
+    unknown = set(data) - {"op", "id", "tool", "args", "line", "cell", "thread"}
     if unknown:
         raise ProtocolError(f"unknown request fields {sorted(unknown)[:8]}")
     call_id, tool, args = data.get("id"), data.get("tool"), data.get("args")
@@ -134,6 +135,11 @@ def parse_call(data: Any, size: int) -> CallRequest:
     if line is not None and (not isinstance(line, int) or isinstance(line, bool) or not 0 < line < 1_000_000):
         raise ProtocolError(f"line {str(line)[:20]!r} must be a positive integer")
     cell = data.get("cell")
-    if cell is not None and (not isinstance(cell, str) or not 0 < len(cell) <= 128):
+    if cell is None:
+        raise ProtocolError(f"call of {tool!r} names no cell (field 'cell'); a call must come from a running cell")
+    if not isinstance(cell, str) or not 0 < len(cell) <= 128:
         raise ProtocolError(f"cell {str(cell)[:20]!r} must be a message id of at most 128 characters")
-    return CallRequest(id=call_id, tool=tool, args=args, line=line, cell=cell)
+    thread = data.get("thread")
+    if thread is not None and (not isinstance(thread, str) or len(thread) > 128):
+        raise ProtocolError(f"thread {str(thread)[:20]!r} must be a name of at most 128 characters")
+    return CallRequest(id=call_id, tool=tool, args=args, line=line, cell=cell, thread=thread)

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from . import oci
 from .approval import load_approver
+from .bounds import HostBounds
 from .config import SandboxSettings, Settings, find_config, load_settings
 from .errors import ConfigError, SandboxError
 from .gate import Gate
@@ -126,7 +127,8 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
                 **(self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}),
                 "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
                            "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
-                           "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout},
+                           "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
+                           "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
                 "network": "none",
                 "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
             },
@@ -155,6 +157,8 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
             output_limit=box.output_limit_kb << 10, restricted=box.restricted,
             trusted_mime=tuple(settings.frontend.trusted_mime), allow_comms=settings.frontend.allow_comms,
+            bounds=HostBounds(max_message_bytes=box.max_message_mb << 20,
+                              max_refusals_per_cell=box.max_refusals_per_cell),
         )
         self.service.start()
 

@@ -63,6 +63,7 @@ class CellRecord:
     kind: CellKind = "code"
     late_outputs: list[Any] = field(default_factory=list)  # from work the cell started, after it ended
     extra: dict[str, Any] = field(default_factory=dict)  # markdown cells: the turn, model and usage
+    refusals_dropped: dict[str, Any] | None = None  # refused calls past the cell's budget, summarised
 
     def add_output(self, output: dict[str, Any]) -> None:
         if output.get("output_type") == "clear_output":
@@ -104,6 +105,8 @@ class CellRecord:
             cell.metadata["cellgate"]["silent"] = True
         if self.kind == "direct":
             cell.metadata["cellgate"]["kind"] = "direct"
+        if self.refusals_dropped:
+            cell.metadata["cellgate"]["refusals_dropped"] = dict(self.refusals_dropped)
         if self.late_outputs:  # never merged into the outputs: flagged as what the cell's work printed after it
             cell.metadata["cellgate"]["late_outputs"] = [dict(o) for o in self.late_outputs]
         return cell
@@ -112,7 +115,8 @@ class CellRecord:
 def restart_note(record: dict[str, Any]) -> str:
     """What a reader of the notebook is told when the kernel was restarted under the session."""
     gone = record.get("variables_gone")
-    why = {"memory": "after the sandbox reached its memory limit"}.get(str(record.get("reason")), "")
+    why = {"memory": "after the sandbox reached its memory limit",
+           "message-size": "after it sent a message over the host's size limit"}.get(str(record.get("reason")), "")
     if gone is None:
         lost = "Every variable is gone (the names were not known)."
     elif gone:
@@ -214,6 +218,11 @@ class Reducer:
             cell.limits_hit = list(record.get("limits_hit") or [])
             cell.error = record.get("error")
             cell.journal = {"seq": record["seq"], "hash": record["hash"]}
+        elif event == "refusals-coalesced":  # identical refusals, recorded once with their count
+            cell.calls = [dict(c, repeated=record["repeated"]) if c.get("seq") == record["call_seq"] else c
+                          for c in cell.calls]
+        elif event == "refusals-dropped":
+            cell.refusals_dropped = {k: record.get(k) for k in ("count", "first_tool", "last_tool", "budget")}
         elif event == "late-output":
             cell.late_outputs.append(nbformat.from_dict(sanitize_output(record["output"], self.trusted_mime)))
         elif event == "cell-aborted":
@@ -407,9 +416,9 @@ class Recorder:
         self.write_notebook()
 
     def late_output(self, cell: CellRecord, output: dict[str, Any]) -> None:
-        """Output that work a cell started printed after the cell ended; the notebook is rewritten."""
+        """Output that work a cell started printed after the cell ended (journal only: the caller
+        rewrites the notebook at a bounded rate, and every cell's end rewrites it too)."""
         self._write("late-output", msg_id=cell.msg_id, output=output)
-        self.write_notebook()
 
     def cell_aborted(self, cell: CellRecord) -> None:
         self._write("cell-aborted", msg_id=cell.msg_id)

@@ -101,9 +101,13 @@ def sanitize_reply(msg_type: str, content: Any, trusted: Iterable[str]) -> Any:
     return content
 
 
-def reply_frames(frames: list[bytes], src: Session, dst: Session, trusted: Iterable[str]) -> list[bytes]:
-    """A kernel's shell, control or stdin message rebuilt for frontends (raises on a bad message)."""
+def reply_frames(frames: list[bytes], src: Session, dst: Session, trusted: Iterable[str],
+                 max_content: int) -> list[bytes]:
+    """A kernel's shell, control or stdin message rebuilt for frontends (raises on a bad message,
+    and on content over ``max_content`` bytes, which is never parsed)."""
     idents, rest = _checked(frames, src)  # not src.deserialize: the relay may have read it already (replay check)
+    if len(rest[4]) > max_content:
+        raise ValueError(f"content of {len(rest[4])} bytes, over the {max_content} the relay parses; dropped")
     header, parent, metadata, content = (src.unpack(part) for part in rest[1:5])
     if not isinstance(header, dict) or not isinstance(parent, dict):
         raise SignatureError("header or parent header is not an object")

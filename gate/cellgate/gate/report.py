@@ -23,7 +23,7 @@ from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from pygments.formatters import HtmlFormatter
 
-from .audit import load_notebook
+from .audit import claims_text, load_notebook
 from .gate_text import visible
 from .recorder import write_atomically
 
@@ -56,6 +56,11 @@ def _time(value: str | None) -> float | None:
         return None
 
 
+def _claims(call: dict[str, Any]) -> str:
+    text = claims_text(call)
+    return f'<br><small class="claim">{_esc(text)}</small>' if text else ""
+
+
 def _calls_table(cell: Any, index: int) -> str:
     meta = cell.metadata.get("cellgate", {})
     calls = meta.get("calls", [])
@@ -71,7 +76,7 @@ def _calls_table(cell: Any, index: int) -> str:
         outcome = "ok" if call.get("ok") else (call.get("error") or {}).get("kind", call.get("outcome", "failed"))
         result = call.get("result", call.get("result_preview", (call.get("error") or {}).get("message", "")))
         rows.append(
-            f"<tr><td>{call.get('seq')}</td><td>{_esc(call.get('tool'))}</td><td><pre>{_esc(call.get('args'))[:600]}</pre></td>"
+            f"<tr><td>{call.get('seq')}</td><td>{_esc(call.get('tool'))}{_claims(call)}</td><td><pre>{_esc(call.get('args'))[:600]}</pre></td>"
             f"<td>{_esc(call.get('decision'))}<br><small>{_esc(call.get('rule') or '')}</small></td>"
             f"<td class=\"{'' if call.get('ok') else 'fail'}\">{_esc(outcome)}</td>"
             f"<td><pre>{_esc(result)[:600]}</pre></td><td>{float(call.get('duration_ms', 0)):.1f}</td></tr>")

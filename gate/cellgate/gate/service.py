@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -37,6 +38,8 @@ from jupyter_client.session import Session
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
+from .bounds import (MAX_OUTPUT_VALUES, OVERFLOW_EVENTS, HostBounds, RefusalLedger, content_within, is_refusal,
+                     json_values, read_unparsed, reopen, watch_overflow)
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
@@ -44,18 +47,21 @@ from .gate import CallContext, Gate
 from .protocol import ProtocolError, batch_items, parse_call, strict_loads
 from . import relaywire
 from .journal import JournalError
+from .late import LateOutput
 from .oom import OomWatch
 from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
 DELIM = b"<IDS|MSG>"
-MAX_KERNEL_MESSAGE = 64 << 20
+MAX_KERNEL_MESSAGE = 64 << 20  # default of [sandbox] max_message_mb (HostBounds)
+# Largest content the host parses of a message that is not an output (status, replies, input requests).
+MAX_PARSED_CONTENT = 1 << 20
+OUTPUT_TYPES = frozenset({"stream", "display_data", "execute_result", "error"})
 MAX_GATE_COMMS = 64
 MAX_HEADER_BYTES = 16 << 10
 MAX_METADATA_BYTES = 64 << 10
 # Journal entries about hostile input, per kind, before they are only counted.
 PROTOCOL_EVENTS_PER_KIND = 50
-LATE_OUTPUT_BYTES = 64 << 10  # per ended cell
 ROUTED = ("shell", "control", "stdin", "hb")
 IOPUB_TYPES = frozenset({
     "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
@@ -93,6 +99,7 @@ class _Pending:
     remaining: float = 0.0
     resumed_at: float = 0.0
     waiting: int = 0
+    refusals: RefusalLedger = field(default_factory=lambda: RefusalLedger(budget=100))
 
 
 def _session(key: str | bytes) -> Session:
@@ -113,10 +120,12 @@ class GateService:
         restricted: bool = False,
         trusted_mime: tuple[str, ...] = (),
         allow_comms: bool = False,
+        bounds: HostBounds | None = None,
     ) -> None:
         self.trusted_mime = tuple(trusted_mime)  # passed to frontends unsanitized ([frontend] trusted_mime)
         self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
         self.output_limit = output_limit
+        self.bounds = bounds or HostBounds()
         self.restricted = restricted
         self.front_info = front
         self.gate = gate
@@ -141,12 +150,18 @@ class GateService:
         self._killed_by_host: Sandbox | None = None
         self._protocol_counts: collections.Counter[str] = collections.Counter()
         self._outbox: dict[str, list[dict[str, Any]]] = {}
-        self._late_bytes: dict[str, int] = {}
+        self._late = LateOutput(recorder, self.recorder_failure)
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
+        self._monitors: list[zmq.asyncio.Socket] = []
+        # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
+        self._kill_status: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
+        # nbformat compiles its output schema on first use (a second or more on a busy host): here,
+        # not on the gate's loop in the middle of a cell's output.
+        output_dict({"header": {"msg_type": "stream"}, "content": {"name": "stdout", "text": ""}})
         self._thread.start()
         self._ready.wait(10)
         self._call(self._bind_front())
@@ -265,23 +280,34 @@ class GateService:
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
         identity = os.urandom(16).hex().encode()
+        # Every socket that reads from the kernel refuses a frame over the bound before
+        # allocating it; libzmq then drops the connection, which _watch_channel sees.
+        limit = self.bounds.max_message_bytes
         for channel in ROUTED:
             sock = self.ctx.socket(zmq.DEALER)
             sock.linger = 0
+            sock.setsockopt(zmq.MAXMSGSIZE, limit)
             if channel in ("shell", "stdin"):
                 sock.identity = identity
             sock.connect(sandbox.endpoint(channel))
             self._back[channel] = sock
         sub = self.ctx.socket(zmq.SUB)
         sub.linger = 0
-        sub.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE)
+        sub.setsockopt(zmq.MAXMSGSIZE, limit)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(sandbox.endpoint("iopub"))
         self._back["iopub"] = sub
         control = self.ctx.socket(zmq.DEALER)
         control.linger = 0
+        control.setsockopt(zmq.MAXMSGSIZE, limit)
         control.connect(sandbox.endpoint("control"))
         self._host_control = control
+        for channel, sock in [*self._back.items(), ("control (host)", control)]:
+            monitor = sock.get_monitor_socket(OVERFLOW_EVENTS)
+            self._monitors.append(monitor)
+            endpoint = sandbox.endpoint("control" if channel == "control (host)" else channel)
+            overflow = functools.partial(self._channel_overflow, channel, sock, endpoint, sandbox)
+            self._spawn(watch_overflow(monitor, overflow), back=True)
         for channel in ROUTED:
             self._spawn(self._pump_to_kernel(channel), back=True)
             self._spawn(self._pump_to_front(channel), back=True)
@@ -302,7 +328,14 @@ class GateService:
             task.cancel()
         await asyncio.gather(*self._back_tasks, return_exceptions=True)
         for sock in [*self._back.values(), *([self._host_control] if self._host_control else [])]:
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
             sock.close(linger=0)
+        for monitor in self._monitors:
+            monitor.close(linger=0)
+        self._monitors.clear()
         self._back.clear()
         self._host_control = None
         self._fail_queue("killed", reason)
@@ -310,6 +343,7 @@ class GateService:
 
     async def _stop(self) -> None:
         self._stopping = True
+        self._late.close()
         if self._protocol_counts:
             self._event("protocol-event-counts", counts=dict(self._protocol_counts))
         if self.sandbox is not None:
@@ -354,7 +388,7 @@ class GateService:
         """A message re-signed for the other side (a kernel's rebuilt and sanitized), or None if it is bad."""
         try:
             if dst is self._front_session:
-                return relaywire.reply_frames(frames, src, dst, self.trusted_mime)
+                return relaywire.reply_frames(frames, src, dst, self.trusted_mime, MAX_PARSED_CONTENT)
             return relaywire.resign(frames, src, dst)
         except Exception as exc:  # hostile or malformed: dropped, journalled
             side = "to-frontend" if dst is self._front_session else "to-kernel"
@@ -364,17 +398,46 @@ class GateService:
     def _stdin_allowed(self, frames: list[bytes]) -> bool:
         """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
         head = self._running()
-        parsed = self._parse(self._kernel_session, frames, "stdin")
+        parsed = self._read(frames, "stdin")
         if parsed is None:
             return False
         msg = parsed[1]
+        if len(msg["content"]) > MAX_HEADER_BYTES:
+            self.protocol_event("input-request-dropped", msg_type=str(msg["header"].get("msg_type"))[:80],
+                                reason=f"content of {len(msg['content'])} bytes (limit {MAX_HEADER_BYTES})")
+            return False
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is not None and head.allow_stdin and parent_id == head.record.msg_id:
             return True
-        prompt = str((msg.get("content") or {}).get("prompt", ""))[:200] if isinstance(msg.get("content"), dict) else ""
+        try:
+            content = content_within(msg, MAX_HEADER_BYTES)
+        except ProtocolError:
+            content = {}
+        prompt = str(content.get("prompt", ""))[:200]
         self.protocol_event("input-request-dropped", msg_type=msg["header"].get("msg_type"), prompt=prompt,
                             reason="no running cell of this session allowed stdin")
         return False
+
+    def _channel_overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: Sandbox) -> None:
+        """A frame over the bound was refused with its connection, and messages behind it were lost:
+        the relay reconnects; a running cell cannot be trusted to finish, so it ends `error` and the
+        kernel is stopped (Session restarts it)."""
+        if self.sandbox is not sandbox or self._stopping:
+            return
+        limit = self.bounds.max_message_bytes
+        self.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
+                            note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
+        reopen(sock, endpoint)
+        head = self._running()
+        if head is None or self._killed_by_host is sandbox:
+            return  # between cells nothing waits on the lost messages
+        head.error = {"ename": "MessageTooLarge", "evalue": (
+            f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
+            f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
+        if "message-size" not in head.limits:
+            head.limits.append("message-size")
+        self._kill_status[sandbox.id] = ("error", "message-size")
+        self._spawn(self._kill(sandbox))
 
     async def _drain(self, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -383,12 +446,15 @@ class GateService:
     async def _pump_iopub(self) -> None:
         src, dst = self._back["iopub"], self._front["iopub"]
         while True:
+            # A ready socket does not yield to the loop: without this a flood of queued messages
+            # would hold back every reply, timer and probe until the whole queue is drained.
+            await asyncio.sleep(0)
             frames = await src.recv_multipart()
             try:
                 forward = self._on_iopub(frames)
             except JournalError as exc:  # not the kernel's doing: the disk under the journal failed
                 self.recorder_failure(exc)
-                forward = True
+                continue  # frontends see what is recorded
             except Exception as exc:  # hostile input must never stop the pump
                 self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
@@ -415,6 +481,14 @@ class GateService:
         try:
             idents, rest = session.feed_identities(frames)
             return idents, session.deserialize(rest)
+        except Exception as exc:
+            self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    def _read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
+        """A kernel message with its headers checked and parsed, its content left unparsed (bytes)."""
+        try:
+            return read_unparsed(self._kernel_session, frames, MAX_HEADER_BYTES, MAX_METADATA_BYTES)
         except Exception as exc:
             self.protocol_event("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
             return None
@@ -481,6 +555,7 @@ class GateService:
             return
         self.recorder.cell_started(head.record)
         self.gate.new_cell()
+        head.refusals = RefusalLedger(budget=self.bounds.max_refusals_per_cell)
         head.remaining = self.timeouts.cell
         self._arm(head)
 
@@ -504,7 +579,7 @@ class GateService:
                 self._arm(pending)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
-        parsed = self._parse(self._kernel_session, frames, "shell-reply")
+        parsed = self._read(frames, "shell-reply")
         if parsed is None:
             return
         msg = parsed[1]
@@ -514,7 +589,17 @@ class GateService:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             return
-        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        try:
+            content = content_within(msg, MAX_PARSED_CONTENT)
+        except ProtocolError as exc:
+            self.protocol_event("protocol-error", channel="shell-reply", error=str(exc)[:300])
+            content = {}
+        if content is None:
+            size = len(msg["content"])
+            self.protocol_event("message-too-large", channel="shell", size=size, limit_bytes=MAX_PARSED_CONTENT)
+            content = {"status": "error", "ename": "MessageTooLarge",
+                       "evalue": f"the kernel's execute_reply was {size} bytes, over the {MAX_PARSED_CONTENT} "
+                                 "bytes the host reads; it was not parsed"}
         head.replied = True
         head.reply_status = str(content.get("status"))
         count = content.get("execution_count")
@@ -532,12 +617,20 @@ class GateService:
         msg_type = self._precheck(rest)
         if msg_type is None:
             return None
-        msg = self._kernel_session.deserialize(rest)
+        msg = self._kernel_session.deserialize(rest, content=False)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return None
-        if not isinstance(msg["content"], dict):
-            msg["content"] = {}
-        content = msg["content"] if isinstance(msg["content"], dict) else {}
+        size = len(msg["content"])
+        if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
+            parsed = None  # small text, huge structure: what it would cost is counted, not paid
+        else:
+            parsed = content_within(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
+        if parsed is None:
+            self._unread(msg, msg_type, size)
+            return None
+        if not isinstance(parsed, dict):
+            parsed = {}
+        content = msg["content"] = parsed
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             comm_id = str(content.get("comm_id"))
             if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
@@ -558,7 +651,8 @@ class GateService:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             if msg_type in ("stream", "display_data", "execute_result", "error"):
-                self._late_output(str(parent_id), output_dict(msg))
+                assert self.loop is not None
+                self._late.add(self.loop, str(parent_id), msg)
             return msg
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -573,19 +667,21 @@ class GateService:
             self._capture(head, output_dict(msg))
         return msg
 
-    def _late_output(self, parent_id: str, output: dict[str, Any]) -> None:
-        """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""
-        cell = self.recorder.reducer.by_id.get(parent_id)
-        if cell is None or cell.status is None:
-            return
-        size = len(json.dumps(output, ensure_ascii=False))
-        spent = self._late_bytes.get(parent_id, 0)
-        self._late_bytes[parent_id] = spent + size
-        if spent + size <= LATE_OUTPUT_BYTES:
-            self.recorder.late_output(cell, output)
-        elif spent <= LATE_OUTPUT_BYTES:
-            self.recorder.late_output(cell, {"output_type": "stream", "name": "stderr", "text":
-                                             f"[late output over {LATE_OUTPUT_BYTES} bytes: the rest was dropped]\n"})
+    def _unread(self, msg: Any, msg_type: str, size: int) -> None:
+        """A message too big to parse: an output is counted as dropped output (its size and digest are
+        recorded); anything else is journalled. Never parsed, never forwarded (frontends see what is recorded)."""
+        head = self._running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if msg_type in OUTPUT_TYPES and head is not None and parent_id == head.record.msg_id:
+            head.dropped_bytes += size
+            head.dropped_digest.update(msg["content"])
+            self.protocol_event("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
+        elif msg_type in OUTPUT_TYPES:
+            self._late.unread(str(parent_id), size)
+            self.protocol_event("output-over-limit", msg_type=msg_type, size=size, late=True)
+        else:
+            self.protocol_event("message-too-large", channel="iopub", msg_type=msg_type, size=size,
+                                limit_bytes=MAX_PARSED_CONTENT)
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
@@ -653,6 +749,10 @@ class GateService:
         except ProtocolError as exc:
             call_id = data.get("id") if isinstance(data, dict) else None
             self.protocol_event("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            head = self._running()
+            if head is not None:
+                tool = data.get("tool") if isinstance(data, dict) else None
+                self._refused(head, head.refusals.note(str(tool)[:128] if isinstance(tool, str) else "(malformed)"))
             if isinstance(call_id, str) and len(call_id) <= 64:
                 self._spawn(self._reply(comm_id, {"id": call_id, "ok": False,
                                                   "error": {"kind": "invalid", "message": f"malformed tool call: {exc}"}}))
@@ -679,18 +779,28 @@ class GateService:
                 "message": f"tool {request.tool!r} was called by work an earlier cell started (a thread that "
                            "outlived its cell); work that outlives its cell cannot act through the gate"}}))
             return
+        if head.refusals.exhausted:  # past the budget: answered, counted for the summary, not recorded
+            self._refused(head, head.refusals.note(request.tool))
+            self._spawn(self._reply(comm_id, {"id": request.id, "ok": False, "error": {
+                "kind": "budget", "message": f"this cell's {head.refusals.budget} refused calls "
+                                             "([sandbox] max_refusals_per_cell) are spent; the cell is stopped"}}))
+            return
         seq = self.gate.next_seq()
         cell = head.record
-        context = CallContext(cell_source=cell.source, claimed_line=request.line,
+        context = CallContext(cell_source=cell.source, claimed_line=request.line, claimed_thread=request.thread,
                               waiting=lambda waiting: self._waiting_for_person(head, waiting),
                               intent=lambda record: self.recorder.call_started(cell, record),
                               idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
-        self._spawn(self._serve(comm_id, head.record, request, seq, context))
+        self._spawn(self._serve(comm_id, head, request, seq, context))
 
-    async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
+    async def _serve(self, comm_id: str, pending: _Pending, request: Any, seq: int, context: CallContext) -> None:
+        cell = pending.record
         try:
             reply, record = await self.gate.call(request, seq, context)
-            self.recorder.call_finished(cell, record)
+            verdict = pending.refusals.note(record.tool, record) if is_refusal(record) else "record"
+            if verdict == "record":
+                self.recorder.call_finished(cell, record)
+            self._refused(pending, verdict)
         except Exception as exc:  # a bug or an unwritable journal must not leave the cell waiting
             self.recorder_failure(exc)
             reply = {"id": request.id, "ok": False, "error": {
@@ -703,6 +813,17 @@ class GateService:
             self.recorder.event(kind, **data)
         except JournalError:
             pass  # reported where it broke; every call is refused from then on
+
+    def _refused(self, pending: _Pending, verdict: str) -> None:
+        """Past its refusal budget a cell is stopped (its kernel killed), once."""
+        if verdict != "dropped" or "refusals" in pending.limits or self._running() is not pending:
+            return
+        pending.limits.append("refusals")
+        self.recorder.event("cell-kill", msg_id=pending.record.msg_id,
+                            reason=f"more than {pending.refusals.budget} refused calls in one cell "
+                                   "([sandbox] max_refusals_per_cell)")
+        if self.sandbox is not None:
+            self._spawn(self._kill(self.sandbox))
 
     def recorder_failure(self, exc: Exception) -> None:
         try:
@@ -771,7 +892,8 @@ class GateService:
             return
         if self._killed_by_host is sandbox:
             self._event("kernel-killed", exit_code=code)
-            self._fail_queue("killed", "killed-by-host")
+            status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
+            self._fail_queue(status, reason)
             return
         if self._oom is not None and self._oom.hit:
             self._event("kernel-died", exit_code=code, cause="memory")
@@ -840,6 +962,8 @@ class GateService:
             status = "error"
         try:
             self._flush_tail(pending)
+            for event, data in pending.refusals.summary():
+                self.recorder.event(event, msg_id=record.msg_id, **data)
             self.recorder.cell_ended(record, status, pending.limits, pending.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting
             self.recorder_failure(exc)

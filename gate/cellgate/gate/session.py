@@ -261,11 +261,14 @@ class Session:
             service.forget_result(msg_id)
         await self._drain_replies()
         result = CellResult.from_record(record)
-        if result.status in ("killed", "kernel-died", "memory"):
+        if result.status in ("killed", "kernel-died", "memory") or "message-size" in result.limits_hit:
             self.dead = True
-        if result.status == "memory":  # the cgroup backstop: restart at once, and say what was lost
+        # The cgroup backstop, or a message over the host's size bound: restart at once, and say what was lost.
+        reason = "memory" if result.status == "memory" else "message-size" if self.dead and \
+            "message-size" in result.limits_hit else None
+        if reason is not None:
             await self.restart()
-            self.recorder.kernel_restarted("memory", self._names)
+            self.recorder.kernel_restarted(reason, self._names)
             self._names = []
         return result
 

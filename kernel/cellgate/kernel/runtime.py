@@ -93,6 +93,7 @@ class GateClient:
         cell = _cell_id()
         if cell is not None:
             request["cell"] = cell
+        request["thread"] = threading.current_thread().name[:128]
         try:
             size = len(json.dumps(request, ensure_ascii=False).encode("utf-8"))
         except (TypeError, ValueError) as exc:

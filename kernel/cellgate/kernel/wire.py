@@ -5,8 +5,14 @@ secret and does no I/O.
 
 Kernel -> host, a ``comm_msg`` on IOPub on a comm with target ``COMM_TARGET``::
 
-    {"op": "call", "id": "<uuid4 hex>", "tool": "<name>", "args": {...}}
+    {"op": "call", "id": "<uuid4 hex>", "tool": "<name>", "args": {...},
+     "cell": "<msg_id of the running cell>", "line": <int>, "thread": "<name>"}
     {"op": "batch", "calls": [<call>, <call>, ...]}   # async calls made in one event-loop turn
+
+``cell`` is required (the host refuses a call without it, and one naming any
+cell but the one it knows is running); ``line`` and ``thread`` are optional.
+The host records ``line``, the source line it points at and ``thread`` as the
+kernel's claims, never as facts.
 
 Host -> kernel, a ``comm_msg`` on the *control* channel (the shell channel is
 blocked while a cell runs)::
