@@ -209,7 +209,7 @@ class Gate:
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
                             args_sha256=args_digest(shown_args))
         secrets = [str(request.args[k]) for k in secret_names if k in request.args]
-        record.thread = scrub(context.claimed_thread, secrets) if context.claimed_thread is not None else None
+        record.thread = kept.scrub_text(redact(context.claimed_thread, secrets)) if context.claimed_thread is not None else None
         if context.claimed_line is not None:
             record.cell_line = context.claimed_line
             lines = context.cell_source.splitlines()
