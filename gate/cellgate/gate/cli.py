@@ -194,6 +194,10 @@ def _add_audit(sub: Any) -> None:
         if not journal.is_file():
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
+        from .approval import withdraw_orphans
+
+        for request_id in withdraw_orphans():  # a crashed session's requests must not be approvable later
+            err.print(f"[yellow]note:[/] withdrew approval request {escape(request_id)}: the session that asked is gone")
         for note in notes:
             err.print(f"[yellow]note:[/] {escape(note)}")
         statuses = [c.metadata.cellgate.status for c in nb.cells]

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import hashlib
 import inspect
@@ -34,7 +35,7 @@ import pydantic_core
 
 from cellgate.kernel.wire import ErrorKind
 
-from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
+from .approval import ApprovalAnswer, ApprovalRequest, Approver, DenyApprover, args_digest
 from .errors import SourceUnavailable
 from .gate_text import redact, scrub
 from .policy import Call, Counters, Policy, evaluate
@@ -42,6 +43,7 @@ from .protocol import CallRequest
 from .tools import ToolRegistry
 
 PREVIEW_CHARS = 200
+ENDED_CELLS_KEPT = 256  # cells whose end a late call's approval is checked against
 
 
 def utcnow() -> str:
@@ -148,6 +150,8 @@ class CallContext:
     idempotency_key: str = ""
     # Who asked: a program in the sandbox ("code") or the model on its own turn ("direct").
     origin: Literal["code", "direct"] = "code"
+    # The msg_id of the cell the host attributes the call to; its end withdraws the call's approval request.
+    cell: str = ""
 
 
 class Gate:
@@ -177,12 +181,39 @@ class Gate:
             if (tool := registry.get(name)) is not None
         }
         self._limits: dict[str, asyncio.Semaphore] = {}
+        # Approval requests being waited for (request id -> cell, request, waiter), and the ones withdrawn.
+        self._asking: dict[str, tuple[str, ApprovalRequest, asyncio.Future[Any]]] = {}
+        self._withdrawn: dict[str, str] = {}
+        self._ended_cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     def next_seq(self) -> int:
         return next(self._seq)
 
     def new_cell(self) -> None:
         self.counters.new_cell()
+
+    def withdraw(self, cell: str, reason: str) -> list[ApprovalRequest]:
+        """The cell ended: withdraw every approval request its calls wait for (none of them will run).
+
+        Synchronous, so the caller can journal the withdrawals before the cell's end.
+        A call of that cell that reaches approval later is withdrawn at once.
+        """
+        self._ended_cells[cell] = reason
+        while len(self._ended_cells) > ENDED_CELLS_KEPT:
+            self._ended_cells.popitem(last=False)
+        gone = []
+        for request_id, (owner, ask, waiter) in list(self._asking.items()):
+            if owner != cell:
+                continue
+            del self._asking[request_id]
+            self._withdrawn[request_id] = reason
+            waiter.cancel()
+            try:
+                self.approver.withdraw(ask, reason)
+            except Exception:  # an approver's bookkeeping must not keep the cell from ending
+                pass
+            gone.append(ask)
+        return gone
 
     async def call(self, request: CallRequest, seq: int, context: CallContext | None = None) -> tuple[dict[str, Any], CallRecord]:
         """Decide and run one call; returns the wire reply and the record of it."""
@@ -286,16 +317,34 @@ class Gate:
             args=record.args, args_sha256=record.args_sha256, cell_line=record.cell_line,
             source_line=record.source_line, requested=now, deadline=now + self.policy.approval_timeout,
         )
-        context.waiting(True)
-        try:
-            answer = await asyncio.wait_for(self.approver.ask(ask), self.policy.approval_timeout)
-        except TimeoutError:
-            record.decision = "approval-timeout"
-            record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now)}
-            raise CallFailed("denied", f"tool {tool!r} needed approval (policy rule {rule}) and no answer came within "
-                                       f"{self.policy.approval_timeout:g} s; it was not run") from None
-        finally:
-            context.waiting(False)
+        answer: ApprovalAnswer | None = None
+        if context.cell and context.cell in self._ended_cells:  # the cell ended before the call got here
+            self._withdrawn[ask.id] = self._ended_cells[context.cell]
+        else:
+            waiter = asyncio.ensure_future(self.approver.ask(ask))
+            self._asking[ask.id] = (context.cell, ask, waiter)
+            context.waiting(True)
+            try:
+                answer = await asyncio.wait_for(waiter, self.policy.approval_timeout)
+            except TimeoutError:
+                if ask.id not in self._withdrawn:
+                    record.decision = "approval-timeout"
+                    record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now)}
+                    raise CallFailed("denied", f"tool {tool!r} needed approval (policy rule {rule}) and no answer "
+                                               f"came within {self.policy.approval_timeout:g} s; it was not run") from None
+            except asyncio.CancelledError:
+                if ask.id not in self._withdrawn:
+                    raise  # the gate itself is stopping
+            finally:
+                self._asking.pop(ask.id, None)
+                context.waiting(False)
+        withdrawn = self._withdrawn.pop(ask.id, None)
+        if withdrawn is not None or answer is None:  # an answer that came with the cell's end counts for nothing
+            record.decision = "approval-withdrawn"
+            record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now),
+                               "withdrawn": utcnow(), "reason": f"its cell ended ({withdrawn})"}
+            raise CallFailed("denied", f"tool {tool!r} was waiting for approval (policy rule {rule}) when its cell "
+                                       f"ended ({withdrawn}); the request was withdrawn and the tool was not run")
         record.approval = {"approver": answer.approver, "answered": iso(answer.answered or time.time()),
                            "requested": iso(now), "reason": answer.reason}
         if answer.decision != "allow":

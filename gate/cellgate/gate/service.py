@@ -34,6 +34,7 @@ from jupyter_client.session import Session
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
+from .cpuclock import CpuClock, CpuSource
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
@@ -84,11 +85,13 @@ class _Pending:
     idle: bool = False
     reply_status: str | None = None
     timed_out: bool = False
-    timer: asyncio.TimerHandle | None = None
-    # Wall-clock budget left, and how many calls wait for a person (the clock stops meanwhile).
+    timer: asyncio.TimerHandle | CpuClock | None = None
+    # Budget left, and how many calls wait for a person (meanwhile it is spent at the sandbox's CPU rate).
     remaining: float = 0.0
     resumed_at: float = 0.0
     waiting: int = 0
+    # Unique per cell run (a client's msg_ids start over after a restart): what the gate withdraws approvals by.
+    key: str = field(default_factory=lambda: os.urandom(8).hex())
 
 
 def _session(key: str | bytes) -> Session:
@@ -442,7 +445,7 @@ class GateService:
         pending.timer = self.loop.call_later(pending.remaining, self._on_timeout, pending)
 
     def _waiting_for_person(self, pending: _Pending, waiting: bool) -> None:
-        """Approval waits do not count against the cell's wall-clock limit."""
+        """Approval waits do not count against the cell's wall clock; the sandbox's CPU time meanwhile does."""
         if self.loop is None or pending.timed_out or self._running() is not pending:
             return
         if waiting:
@@ -450,10 +453,23 @@ class GateService:
             if pending.waiting == 1 and pending.timer is not None:
                 pending.timer.cancel()
                 pending.remaining -= self.loop.time() - pending.resumed_at
+                pending.timer = CpuClock(self.loop, self._cpu_source(), pending.remaining,
+                                         lambda: self._on_timeout(pending))
         else:
             pending.waiting = max(0, pending.waiting - 1)
             if pending.waiting == 0:
+                if isinstance(pending.timer, CpuClock):
+                    pending.timer.cancel()
+                    pending.remaining -= pending.timer.spent()
                 self._arm(pending)
+
+    def _cpu_source(self) -> CpuSource:
+        box = self.sandbox
+        if box is None:
+            return CpuSource(None, None)
+        if box.config.isolation == "gvisor":
+            return CpuSource(box.id, None)
+        return CpuSource(None, box.process.pid if box.process is not None else None)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
         parsed = self._parse(self._kernel_session, frames, "shell-reply")
@@ -634,7 +650,7 @@ class GateService:
         context = CallContext(cell_source=cell.source, claimed_line=request.line,
                               waiting=lambda waiting: self._waiting_for_person(head, waiting),
                               intent=lambda record: self.recorder.call_started(cell, record),
-                              idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
+                              idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}", cell=head.key)
         self._spawn(self._serve(comm_id, head.record, request, seq, context))
 
     async def _serve(self, comm_id: str, cell: CellRecord, request: Any, seq: int, context: CallContext) -> None:
@@ -782,6 +798,9 @@ class GateService:
         else:
             status = "error"
         try:
+            for ask in self.gate.withdraw(pending.key, status):  # nothing a cell asked for outlives it
+                self.recorder.event("approval-withdrawn", msg_id=record.msg_id, request=ask.id, seq=ask.seq,
+                                    tool=ask.tool, reason=f"its cell ended ({status})")
             self._flush_tail(pending)
             self.recorder.cell_ended(record, status, pending.limits, pending.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting

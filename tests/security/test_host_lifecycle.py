@@ -1,0 +1,248 @@
+"""The host against a hostile kernel, over the life of cells and kernels (SECURITY.md section 12: B3, B6-B9).
+
+Each case does the attack from a real gVisor sandbox and asserts the outcome
+on the host: what the tool did (a file it appends to), what the approval
+queue and `cellgate approvals` say, the journal, the notebook, the host's
+memory; then that the session (or a fresh one) still works.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.gvisor
+
+TOOLS = '''
+"""Tools whose effects the test can see: each run appends a line to a file beside this module."""
+
+from pathlib import Path
+
+LOG = Path(__file__).with_name("refunds.log")
+
+
+def refund(amount: int = 5000) -> str:
+    """Refund an order.
+
+    Args:
+        amount: In cents.
+    """
+    with LOG.open("a") as log:
+        log.write(f"{amount}\\n")
+    return f"refunded {amount}"
+
+
+def echo(text: str) -> str:
+    """Return text unchanged."""
+    return text
+'''
+
+POLICY = '''
+[tools]
+modules = ["lifecycle_tools.py"]
+
+[policy]
+default = "allow"
+approver = "queue"
+approval_timeout = 600
+
+[policy.tools.refund]
+decision = "approve"
+
+[[policy.tools.refund.rules]]
+name = "small refunds are routine"
+when = { properties = { amount = { maximum = 100 } } }
+decision = "allow"
+'''
+
+
+@pytest.fixture(scope="module")
+def approvals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("approvals")
+    old = os.environ.get("CELLGATE_APPROVALS_DIR")
+    os.environ["CELLGATE_APPROVALS_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("CELLGATE_APPROVALS_DIR")
+    else:
+        os.environ["CELLGATE_APPROVALS_DIR"] = old
+
+
+def project(tmp_path_factory: pytest.TempPathFactory, extra: str = "") -> Path:
+    folder = tmp_path_factory.mktemp("lifecycle")
+    (folder / "lifecycle_tools.py").write_text(TOOLS)
+    (folder / "cellgate.toml").write_text(POLICY + extra)
+    return folder
+
+
+def refunds(folder: Path) -> list[str]:
+    log = folder / "refunds.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def cellgate(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; its stdout and stderr with rich's line wrapping undone."""
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=os.environ.copy())
+    done.stdout, done.stderr = " ".join(done.stdout.split()), " ".join(done.stderr.split())
+    return done
+
+
+def wait_for(condition, what: str, seconds: float = 60):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling state another process writes
+
+
+def one_request(folder: Path) -> str:
+    paths = wait_for(lambda: sorted(folder.glob("*.request.json")), "an approval request")
+    assert len(paths) == 1, [p.name for p in paths]
+    return paths[0].name.removesuffix(".request.json")
+
+
+def journal(box) -> list[dict]:
+    path = Path(box.session.notebook_path).with_suffix(".journal.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def submit(box, code: str):
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(box.execute, code)
+    pool.shutdown(wait=False)
+    return future
+
+
+def assert_withdrawn(box, folder: Path, approvals: Path, request_id: str, status: str) -> None:
+    """Gone from the queue and the list at once, approving it is a clear error, the tool never ran."""
+    assert not (approvals / f"{request_id}.request.json").exists()
+    assert request_id not in cellgate("approvals", "list").stdout
+    done = cellgate("approvals", "approve", request_id)
+    assert done.returncode != 0
+    assert f"approval {request_id!r} was withdrawn" in done.stderr and f"its cell ended ({status})" in done.stderr
+    assert "the tool was not run and will not run" in done.stderr
+    events = [r for r in journal(box) if r["event"] == "approval-withdrawn" and r["request"] == request_id]
+    assert len(events) == 1 and events[0]["tool"] == "refund" and events[0]["reason"] == f"its cell ended ({status})"
+    assert not list(approvals.glob(f"{request_id}.answer.json"))
+    assert refunds(folder) == []
+
+
+# ---------------------------------------------------------------- B6
+def test_B6_a_pending_approval_dies_with_its_cell_however_the_cell_ends(session_factory, tmp_path_factory,
+                                                                         approvals: Path) -> None:
+    folder = project(tmp_path_factory)
+    box = session_factory(config=folder / "cellgate.toml", tools=[], cell_timeout=6.0, interrupt_grace=3.0)
+
+    # Interrupted while the main thread waits for the approval.
+    pending = submit(box, "tools.refund(4000)")
+    request_id = one_request(approvals)
+    box._run(box.session.interrupt())
+    result = pending.result(60)
+    assert result.status == "interrupted"
+    assert_withdrawn(box, folder, approvals, request_id, "interrupted")
+    (call,) = nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
+    assert call["decision"] == "approval-withdrawn" and call["ok"] is False and call["approval"]["answered"] is None
+
+    # The cell ends normally while a thread it started waits for approval.
+    pending = submit(box, "import threading, time\nthreading.Thread(target=lambda: tools.refund(4200)).start()\n"
+                          "time.sleep(1.5)")
+    request_id = one_request(approvals)
+    result = pending.result(60)
+    assert result.status == "ok"
+    assert_withdrawn(box, folder, approvals, request_id, "ok")
+
+    # Timeout: the main thread waits for approval past cell_timeout, with no person answering.
+    pending = submit(box, "import threading\nthreading.Thread(target=lambda: tools.refund(4300)).start()\n"
+                          "while True:\n    pass")
+    request_id = one_request(approvals)
+    result = pending.result(120)
+    assert result.status in ("timeout", "killed")
+    assert_withdrawn(box, folder, approvals, request_id, result.status)
+    if result.status == "killed":
+        box.restart()
+
+    # The kernel dies while a thread's call waits.
+    pending = submit(box, "import threading, os, time\nthreading.Thread(target=lambda: tools.refund(4400)).start()\n"
+                          "time.sleep(1.5)\nos.kill(os.getpid(), 9)")
+    request_id = one_request(approvals)
+    result = pending.result(60)
+    assert result.status == "kernel-died"
+    assert_withdrawn(box, folder, approvals, request_id, "kernel-died")
+
+    # Restarted, the session works, and a fresh request is answered normally.
+    box.restart()
+    pending = submit(box, "print(tools.refund(4500))")
+    request_id = one_request(approvals)
+    assert cellgate("approvals", "approve", request_id).returncode == 0
+    assert pending.result(60).stdout == "refunded 4500\n"
+    assert refunds(folder) == ["4500"]
+
+
+def test_B6_a_pending_approval_dies_with_its_session(session_factory, tmp_path_factory, approvals: Path) -> None:
+    folder = project(tmp_path_factory)
+    box = session_factory(config=folder / "cellgate.toml", tools=[])
+    pending = submit(box, "tools.refund(4000)")
+    request_id = one_request(approvals)
+    box.close()
+    concurrent.futures.wait([pending], timeout=60)
+    assert pending.done()  # the cell's caller is released (the session is gone)
+    assert not (approvals / f"{request_id}.request.json").exists()
+    done = cellgate("approvals", "approve", request_id)
+    assert done.returncode != 0 and "was withdrawn" in done.stderr and "killed" in done.stderr
+    assert refunds(folder) == []
+
+
+CRASHING_HOST = '''
+import asyncio, sys
+from cellgate.gate.session import Session
+
+async def main():
+    async with Session(config=sys.argv[1], notebook=sys.argv[2], cwd=sys.argv[3]) as session:
+        await session.execute("tools.refund(4000)")
+
+asyncio.run(main())
+'''
+
+
+def test_B6_requests_left_by_a_crashed_session_are_withdrawn_by_recover_and_doctor(tmp_path_factory,
+                                                                                  approvals: Path) -> None:
+    folder = project(tmp_path_factory)
+    notebook = folder / "crashed.ipynb"
+    host = subprocess.Popen([sys.executable, "-c", CRASHING_HOST, str(folder / "cellgate.toml"), str(notebook),
+                             str(folder)], env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: list(approvals.glob("*.request.json")), "the crashing host's request", 120)
+        request_id = one_request(approvals)
+    finally:
+        host.kill()  # SIGKILL: the host gets no chance to withdraw anything
+        host.wait(30)
+    assert (approvals / f"{request_id}.request.json").exists()  # left behind by the dead host
+    done = cellgate("recover", str(notebook.with_suffix(".journal.jsonl")))
+    assert done.returncode == 0, done.stderr
+    assert f"withdrew approval request {request_id}" in done.stderr
+    assert not (approvals / f"{request_id}.request.json").exists()
+    approve = cellgate("approvals", "approve", request_id)
+    assert approve.returncode != 0 and "the session that asked is gone" in approve.stderr
+    assert refunds(folder) == []
+    # doctor --clean does the same for a request whose host is gone (here: one more, hand-placed like the first).
+    stale = json.loads(json.dumps({"id": "feedfacecafe-1", "session": "feedfacecafe", "seq": 1, "tool": "refund",
+                                   "args": {"amount": 1}, "args_sha256": "0" * 64, "cell_line": None,
+                                   "source_line": None, "requested": 0.0, "deadline": 9e9,
+                                   "owner": {"pid": host.pid, "start_time": "1"}}))
+    (approvals / "feedfacecafe-1.request.json").write_text(json.dumps(stale))
+    doctor = cellgate("doctor", "--clean")
+    assert "withdrew 1 approval request(s)" in doctor.stdout and "feedfacecafe-1" in doctor.stdout
+    assert not (approvals / "feedfacecafe-1.request.json").exists()
