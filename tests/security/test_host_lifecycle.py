@@ -246,3 +246,32 @@ def test_B6_requests_left_by_a_crashed_session_are_withdrawn_by_recover_and_doct
     doctor = cellgate("doctor", "--clean")
     assert "withdrew 1 approval request(s)" in doctor.stdout and "feedfacecafe-1" in doctor.stdout
     assert not (approvals / "feedfacecafe-1.request.json").exists()
+
+
+# ---------------------------------------------------------------- B7
+def test_B7_a_pending_approval_is_no_shield_against_the_cell_timeout(session_factory, tmp_path_factory,
+                                                                     approvals: Path) -> None:
+    folder = project(tmp_path_factory)
+    box = session_factory(config=folder / "cellgate.toml", tools=[], cell_timeout=5.0, interrupt_grace=3.0)
+    # A thread holds an approval pending while the main thread computes for 40 s.
+    started = time.monotonic()
+    pending = submit(box, "import threading, time\nthreading.Thread(target=lambda: tools.refund(4000)).start()\n"
+                          "t = time.time()\nwhile time.time() - t < 40:\n    pass\nprint('computed for 40 s')")
+    request_id = one_request(approvals)
+    result = pending.result(120)
+    took = time.monotonic() - started
+    assert result.status == "timeout" and "timeout" in result.limits_hit, (result.status, result.limits_hit)
+    assert "computed for 40 s" not in result.stdout
+    # 5 s of the sandbox's CPU time, however busy the host's cores are (here: shared), plus the interrupt.
+    assert took < 30, took
+    assert_withdrawn(box, folder, approvals, request_id, "timeout")
+
+    # Waiting for a person still costs the cell nothing: 8 s idle waiting, over the 5 s limit, then approved.
+    started = time.monotonic()
+    pending = submit(box, "print(tools.refund(4100))")
+    request_id = one_request(approvals)
+    wait_for(lambda: time.monotonic() - started > 8, "8 s of waiting", 20)
+    assert cellgate("approvals", "approve", request_id).returncode == 0
+    result = pending.result(60)
+    assert result.status == "ok" and result.stdout == "refunded 4100\n"
+    assert refunds(folder) == ["4100"]
