@@ -275,3 +275,41 @@ def test_B7_a_pending_approval_is_no_shield_against_the_cell_timeout(session_fac
     result = pending.result(60)
     assert result.status == "ok" and result.stdout == "refunded 4100\n"
     assert refunds(folder) == ["4100"]
+
+
+# ---------------------------------------------------------------- B8
+def test_B8_rules_see_the_defaults_the_tool_will_get(session_factory, tmp_path_factory, approvals: Path) -> None:
+    folder = project(tmp_path_factory)
+    box = session_factory(config=folder / "cellgate.toml", tools=[])
+    # A hand-made request that leaves `amount` out: the allow rule (amount <= 100, no `required`) must not match.
+    pending = submit(box, "from cellgate.kernel import runtime\nprint(runtime.client().call('refund', {}))")
+    request_id = one_request(approvals)
+    asked = json.loads((approvals / f"{request_id}.request.json").read_text())
+    assert asked["args"] == {"amount": 5000}  # the person is asked about what the tool would get
+    assert cellgate("approvals", "deny", request_id, "--reason", "too much").returncode == 0
+    result = pending.result(60)
+    assert result.status == "error" and result.error["ename"] == "ToolDenied"
+    (call,) = nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
+    assert call["args"] == {"amount": 5000} and call["rule"] == "tools.refund.decision"
+    assert call["decision"] == "approval-denied" and refunds(folder) == []
+
+    # The same request approved: the tool gets exactly the object the rules, the person and the record saw.
+    pending = submit(box, "from cellgate.kernel import runtime\nprint(runtime.client().call('refund', {}))")
+    request_id = one_request(approvals)
+    assert cellgate("approvals", "approve", request_id).returncode == 0
+    assert pending.result(60).stdout == "refunded 5000\n"
+    (call,) = nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
+    assert call["args"] == {"amount": 5000} and call["decision"] == "approved" and refunds(folder) == ["5000"]
+
+    # A small amount, passed, is routine; the session works.
+    result = box.execute("print(tools.refund(50))")
+    assert result.stdout == "refunded 50\n" and refunds(folder) == ["5000", "50"]
+    (call,) = nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
+    assert call["rule"] == "tools.refund.rules[0] (small refunds are routine)"
+
+    # `cellgate policy check` warns about the rule that constrains what it does not require.
+    done = cellgate("policy", "check", str(folder / "cellgate.toml"))
+    assert done.returncode == 0
+    assert ("warning: policy.tools.refund.rules[0] (small refunds are routine) constrains 'amount' but does not "
+            "require it: the gate fills in the tool's default 5000 before the rule is checked") in done.stderr
+    assert 'add required = ["amount"] to its `when`' in done.stderr

@@ -142,6 +142,11 @@ def _add_policy(sub: Any) -> None:
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
                                                     "max_result_bytes", "approver", "approval_timeout")}
         print("budgets: " + ", ".join(f"{k}={v}" for k, v in budgets.items()))
+        from .policy import unrequired_constraints
+
+        schemas = {name: tool.parameters for name in registry.names() if (tool := registry.get(name)) is not None}
+        for warning in unrequired_constraints(policy, schemas):
+            err.print(f"[yellow]warning:[/] {escape(warning)}")
         unknown = sorted(set(policy.tools) - set(registry.names()))
         if unknown:
             err.print(f"[red]error:[/] [policy.tools] names tools that are not configured: {', '.join(unknown)}; "

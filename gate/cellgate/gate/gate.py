@@ -3,9 +3,10 @@
 ``Gate.call`` is the one door between the sandbox and the operator's tools:
 
 1. the tool must exist in this session and the call id must be new;
-2. the arguments are validated host-side with jsonschema (the exact object
-   that was validated is the one passed to the tool, so an invalid call never
-   reaches it);
+2. the schema's defaults are filled in, then the arguments are validated
+   host-side with jsonschema (the exact object that was validated, and that
+   the policy's rules saw, is the one passed to the tool, so an invalid call
+   never reaches it and an omitted argument cannot slip past a rule);
 3. the policy decides (``policy.evaluate``: budgets, rate limits, rules), and
    an ``approve`` decision waits for the approver (time spent waiting does not
    count against the cell's timeout);
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -40,7 +42,7 @@ from .errors import SourceUnavailable
 from .gate_text import redact, scrub
 from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
-from .tools import ToolRegistry
+from .tools import DefaultsFiller, ToolRegistry, with_defaults
 
 PREVIEW_CHARS = 200
 ENDED_CELLS_KEPT = 256  # cells whose end a late call's approval is checked against
@@ -180,6 +182,8 @@ class Gate:
             for name in registry.names()
             if (tool := registry.get(name)) is not None
         }
+        self._fillers = {name: DefaultsFiller(tool.parameters) for name in registry.names()
+                         if (tool := registry.get(name)) is not None}
         self._limits: dict[str, asyncio.Semaphore] = {}
         # Approval requests being waited for (request id -> cell, request, waiter), and the ones withdrawn.
         self._asking: dict[str, tuple[str, ApprovalRequest, asyncio.Future[Any]]] = {}
@@ -218,6 +222,9 @@ class Gate:
     async def call(self, request: CallRequest, seq: int, context: CallContext | None = None) -> tuple[dict[str, Any], CallRecord]:
         """Decide and run one call; returns the wire reply and the record of it."""
         context = context or CallContext()
+        filler = self._fillers.get(request.tool)
+        if filler is not None:  # rules, approver, record and tool all see the arguments the tool will get
+            request = dataclasses.replace(request, args=with_defaults(filler, request.args))
         secret_names = self.policy.secret_args(request.tool)
         shown_args = {k: (_digest_of(v) if k in secret_names else v) for k, v in request.args.items()}
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
