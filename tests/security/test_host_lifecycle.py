@@ -313,3 +313,55 @@ def test_B8_rules_see_the_defaults_the_tool_will_get(session_factory, tmp_path_f
     assert ("warning: policy.tools.refund.rules[0] (small refunds are routine) constrains 'amount' but does not "
             "require it: the gate fills in the tool's default 5000 before the rule is checked") in done.stderr
     assert 'add required = ["amount"] to its `when`' in done.stderr
+
+
+# ---------------------------------------------------------------- B9, PR6
+DEATHS = {
+    "SIGKILL": "os.kill(os.getpid(), signal.SIGKILL)",
+    "segfault": "import ctypes\nctypes.string_at(0)",
+    # Forked copies of the kernel, each filling what its address-space cap allows, past the 384 MB cgroup
+    # limit: the cgroup's OOM kill.
+    "OOM": ("for _ in range(16):\n    if os.fork() == 0:\n        hoard = []\n        try:\n            while True:\n"
+            "                hoard.append(b'x' * (16 << 20))\n        except MemoryError:\n            time.sleep(120)\n"
+            "        os._exit(0)\ntime.sleep(120)"),
+}
+
+
+def stream_text(box) -> str:
+    cell = [c for c in nbformat.read(box.session.notebook_path, as_version=4).cells if c.cell_type == "code"][-1]
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+
+
+def test_B9_output_flushed_before_the_kernel_dies_is_in_the_record_every_time(session_factory) -> None:
+    box = session_factory(memory_mb=384)
+    rounds = 21
+    for i in range(rounds):
+        kind = list(DEATHS)[i % len(DEATHS)]
+        program = (f"import os, signal, time\nfor j in range(3):\n    print('flushed {i}', j, flush=True)\n"
+                   + DEATHS[kind])
+        result = box.execute(program)
+        assert result.status == ("memory" if kind == "OOM" else "kernel-died"), (i, kind, result.status)
+        text = stream_text(box)
+        for j in range(3):
+            assert text.count(f"flushed {i} {j}\n") == 1, (i, kind, text)  # there, once: never lost, never doubled
+        if kind != "OOM":  # after `memory` the session has restarted the kernel itself
+            box.restart()
+    assert box.execute("print('alive')").stdout == "alive\n"
+
+
+def test_PR6_lost_iopub_messages_are_counted_not_silent(session_factory) -> None:
+    box = session_factory()
+    # The kernel numbers every IOPub message; skipping 5 numbers is what 5 dropped messages look like to the host.
+    result = box.execute("import itertools\nsend = get_ipython().kernel.session.send\n"
+                         "counter = next(c.cell_contents for c in send.__closure__ "
+                         "if isinstance(c.cell_contents, itertools.count))\n"
+                         "for _ in range(5):\n    next(counter)\nprint('after the gap', flush=True)")
+    assert result.status == "ok"
+    cell = nbformat.read(box.session.notebook_path, as_version=4).cells[-1]
+    notes = [o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert notes == ["[cellgate: 5 output messages lost between the kernel and the host]\n"]
+    assert "output-incomplete" in cell.metadata.cellgate.limits_hit
+    # A cell without losses says nothing of the kind.
+    assert box.execute("print('clean')").stdout == "clean\n"
+    cell = nbformat.read(box.session.notebook_path, as_version=4).cells[-1]
+    assert "output-incomplete" not in cell.metadata.cellgate.limits_hit

@@ -264,6 +264,7 @@ class Sandbox:
             env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))
+            env["CELLGATE_OUTPUT_LOG"] = str(self.path("ipc", oci.OUTPUT_LOG))
             cwd = str(self.path("log"))
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -310,7 +311,7 @@ class Sandbox:
                 pending.discard(channel)
             unexpected = set(os.listdir(self.path("ipc"))) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
-            }
+            } - {oci.OUTPUT_LOG}
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")

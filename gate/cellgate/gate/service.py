@@ -42,6 +42,8 @@ from .gate import CallContext, Gate
 from .protocol import ProtocolError, batch_items, parse_call, strict_loads
 from .journal import JournalError
 from .oom import OomWatch
+from .oci import OUTPUT_LOG
+from .output_ledger import OutputLedger, settle
 from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
@@ -139,6 +141,7 @@ class GateService:
         self._late_bytes: dict[str, int] = {}
         self._oom: OomWatch | None = None
         self._flush_scheduled = False
+        self._ledger: OutputLedger | None = None
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -282,6 +285,7 @@ class GateService:
         if self._oom is not None:
             self._oom.close()
         self._oom = OomWatch(sandbox.id, lambda: self.recorder.event("memory-limit-hit", sandbox=sandbox.id))
+        self._ledger = OutputLedger(sandbox.path("ipc", OUTPUT_LOG))
         if sandbox.config.isolation == "gvisor" and not self._oom.start(self.loop):
             self.recorder.event("memory-accounting-unavailable", note="an OOM kill will be reported as kernel-died")
         self.recorder.event("kernel-attached", sandbox=sandbox.describe())
@@ -503,6 +507,8 @@ class GateService:
         msg = self._kernel_session.deserialize(rest)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return False
+        if self._ledger is not None:
+            self._ledger.seen(msg)
         content = msg["content"] if isinstance(msg["content"], dict) else {}
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             comm_id = str(content.get("comm_id"))
@@ -555,6 +561,8 @@ class GateService:
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
+        if self._ledger is not None:
+            self._ledger.received(pending.record.msg_id, output)
         size = len(json.dumps(output, ensure_ascii=False))
         half = self.output_limit // 2
         if not pending.tail and not pending.dropped_bytes and pending.out_bytes + size <= half:
@@ -728,6 +736,9 @@ class GateService:
         if self._exit_expected:
             self.recorder.event("kernel-exited", exit_code=code)
             return
+        await self._recover_output()
+        if self.sandbox is not sandbox or self._stopping:
+            return
         if self._killed_by_host is sandbox:
             self.recorder.event("kernel-killed", exit_code=code)
             self._fail_queue("killed", "killed-by-host")
@@ -743,6 +754,21 @@ class GateService:
             return
         self.recorder.event("kernel-died", exit_code=code)
         self._fail_queue("kernel-died", "kernel-died")
+
+    async def _recover_output(self) -> None:
+        """The kernel died: record the running cell's output that its log has and IOPub never delivered."""
+        await settle(self._back.get("iopub"))
+        head = self._running()
+        if head is not None and self._ledger is not None:
+            for output in self._ledger.recover(head.record.msg_id):
+                self._capture(head, output)
+
+    def _note_lost_output(self, pending: _Pending) -> None:
+        lost = self._ledger.lost() if self._ledger is not None else 0
+        if lost:
+            self._capture(pending, {"output_type": "stream", "name": "stderr", "text":
+                                    f"[cellgate: {lost} output messages lost between the kernel and the host]\n"})
+            pending.limits.append("output-incomplete")
 
     def _fail_queue(self, status: str, reason: str) -> None:
         """End every queued cell because the kernel is gone; tell frontends."""
@@ -801,6 +827,7 @@ class GateService:
             for ask in self.gate.withdraw(pending.key, status):  # nothing a cell asked for outlives it
                 self.recorder.event("approval-withdrawn", msg_id=record.msg_id, request=ask.id, seq=ask.seq,
                                     tool=ask.tool, reason=f"its cell ended ({status})")
+            self._note_lost_output(pending)
             self._flush_tail(pending)
             self.recorder.cell_ended(record, status, pending.limits, pending.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting
