@@ -11,15 +11,16 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
+import threading
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from cellgate.gate import mounts
 
 pytestmark = pytest.mark.gvisor
 
@@ -90,10 +91,10 @@ def refunds(folder: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-def cellgate(*args: str) -> subprocess.CompletedProcess[str]:
+def cellgate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI; its stdout and stderr with rich's line wrapping undone."""
     done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=os.environ.copy())
+                          timeout=300, env={**os.environ, **env})
     done.stdout, done.stderr = " ".join(done.stdout.split()), " ".join(done.stderr.split())
     return done
 
@@ -117,6 +118,18 @@ def one_request(folder: Path) -> str:
 def journal(box) -> list[dict]:
     path = Path(box.session.notebook_path).with_suffix(".journal.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def mounted(text: str) -> list[str]:
+    """Mount points on this host whose path contains ``text``."""
+    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines() if text in line]
+
+
+def mem_available_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no MemAvailable in /proc/meminfo")
 
 
 def submit(box, code: str):
@@ -221,8 +234,10 @@ def test_B6_requests_left_by_a_crashed_session_are_withdrawn_by_recover_and_doct
                                                                                   approvals: Path) -> None:
     folder = project(tmp_path_factory)
     notebook = folder / "crashed.ipynb"
+    # Its own run root: no other process's start reaps this sandbox before its reaper does.
+    env = {**os.environ, "CELLGATE_RUN_ROOT": str(folder / "run")}
     host = subprocess.Popen([sys.executable, "-c", CRASHING_HOST, str(folder / "cellgate.toml"), str(notebook),
-                             str(folder)], env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(folder)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: list(approvals.glob("*.request.json")), "the crashing host's request", 120)
         request_id = one_request(approvals)
@@ -237,15 +252,12 @@ def test_B6_requests_left_by_a_crashed_session_are_withdrawn_by_recover_and_doct
     approve = cellgate("approvals", "approve", request_id)
     assert approve.returncode != 0 and "the session that asked is gone" in approve.stderr
     assert refunds(folder) == []
-    # doctor --clean does the same for a request whose host is gone (here: one more, hand-placed like the first).
-    stale = json.loads(json.dumps({"id": "feedfacecafe-1", "session": "feedfacecafe", "seq": 1, "tool": "refund",
-                                   "args": {"amount": 1}, "args_sha256": "0" * 64, "cell_line": None,
-                                   "source_line": None, "requested": 0.0, "deadline": 9e9,
-                                   "owner": {"pid": host.pid, "start_time": "1"}}))
-    (approvals / "feedfacecafe-1.request.json").write_text(json.dumps(stale))
-    doctor = cellgate("doctor", "--clean")
-    assert "withdrew 1 approval request(s)" in doctor.stdout and "feedfacecafe-1" in doctor.stdout
-    assert not (approvals / "feedfacecafe-1.request.json").exists()
+    # The reaper the dead host left beside its sandbox unmounted the sandbox's socket folder (B3).
+    attached = [json.loads(line) for line in notebook.with_suffix(".journal.jsonl").read_text().splitlines()
+                if '"kernel-attached"' in line]
+    sandbox_id = attached[-1]["sandbox"]["id"]
+    wait_for(lambda: not mounted(sandbox_id), f"the reaper to unmount {sandbox_id}'s socket folder", 60)
+    assert not (folder / "run" / sandbox_id).exists()
 
 
 # ---------------------------------------------------------------- B7
@@ -365,3 +377,124 @@ def test_PR6_lost_iopub_messages_are_counted_not_silent(session_factory) -> None
     assert box.execute("print('clean')").stdout == "clean\n"
     cell = nbformat.read(box.session.notebook_path, as_version=4).cells[-1]
     assert "output-incomplete" not in cell.metadata.cellgate.limits_hit
+
+
+# ---------------------------------------------------------------- B3, X10
+FILL = """
+import os, socket
+def fill(folder):
+    written = 0
+    try:
+        while written < (4000 << 20):  # across many files, each under the file-size rlimit
+            with open(os.path.join(folder, f'fill{written >> 22}'), 'ab') as f:
+                f.write(b'\\0' * (1 << 20))
+            written += 1 << 20
+    except OSError as e:
+        return written, e.errno
+    return written, None
+def flood(folder, sockets=False):
+    made = 0
+    try:
+        while made < 10 ** 6:
+            path = os.path.join(folder, ('s' if sockets else 'n') + str(made))
+            if sockets:
+                socket.socket(socket.AF_UNIX).bind(path)
+            else:
+                open(path, 'w').close()
+            made += 1
+    except OSError as e:
+        return made, e.errno
+    return made, None
+"""
+
+
+def test_B3_X10_host_backed_writable_folders_are_bounded(session_factory) -> None:
+    box = session_factory()
+    sandbox = box.session.provisioner.sandbox
+    ipc = sandbox.path("ipc")
+    (point,) = mounted(f"{sandbox.id}/ipc")
+    info = os.statvfs(ipc)
+    assert info.f_blocks * info.f_frsize == mounts.IPC_BYTES and info.f_files == mounts.IPC_INODES
+    before = mem_available_mb()
+    lowest = [before]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.02):
+            lowest[0] = min(lowest[0], mem_available_mb())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        # The attack of the report: 4,000 MB into the socket folder.
+        result = box.execute(FILL + "print(fill('/run/cellgate/ipc'))")
+    finally:
+        stop.set()
+        watcher.join(10)
+    written, errno = eval(result.stdout)  # noqa: S307 - a tuple the test's own cell printed
+    assert errno == 28 and written <= mounts.IPC_BYTES, result.stdout  # ENOSPC at the folder's size
+    used = os.statvfs(ipc)
+    assert (used.f_blocks - used.f_bfree) * used.f_frsize <= mounts.IPC_BYTES
+    # The host gave at most the tmpfs's size (plus noise from other work on this machine), not 4,000 MB.
+    assert before - lowest[0] < 256, (before, lowest[0])
+    assert box.execute("import os\nos.remove('/run/cellgate/ipc/fill0')\nprint('alive')").stdout == "alive\n"
+    # X10: files and sockets by the million stop at the folder's inode count.
+    result = box.execute(FILL + "print(flood('/run/cellgate/ipc'), flood('/run/cellgate/ipc', sockets=True))")
+    (files, files_errno), (sockets, sockets_errno) = eval(result.stdout.replace(") (", "), ("))  # noqa: S307
+    assert files_errno == sockets_errno == 28 and files + sockets < mounts.IPC_INODES, result.stdout
+    # The private /workspace is a tmpfs of workspace_mb (256 MB by default): ENOSPC there too.
+    result = box.execute(FILL + "print(fill('/workspace'))")
+    written, errno = eval(result.stdout)  # noqa: S307
+    assert errno == 28 and written <= 256 << 20
+    # The session still works: its sockets live in that folder.
+    assert box.execute("print(tools.echo('still here'))").stdout == "still here\n"
+    box.close()
+    assert not mounted(sandbox.id)  # unmounted with the sandbox
+    assert not ipc.exists()
+
+
+def test_B3_a_host_workspace_folder_must_be_bounded(session_factory, tmp_path: Path) -> None:
+    from cellgate.gate.errors import SandboxError
+
+    unbounded = tmp_path / "unbounded"
+    unbounded.mkdir()
+    with pytest.raises(SandboxError) as refused:
+        session_factory(workspace=str(unbounded), workspace_mb=16)
+    assert f"[sandbox] workspace = {str(unbounded)!r} is on a filesystem with" in str(refused.value)
+    assert "more than workspace_mb = 16" in str(refused.value)
+    bounded = tmp_path / "bounded"
+    bounded.mkdir()
+    mounts.mount_tmpfs(bounded, 16 << 20, 1000, 1000)
+    try:
+        box = session_factory(workspace=str(bounded), workspace_mb=16)
+        result = box.execute(FILL + "print(fill('/workspace'))")
+        written, errno = eval(result.stdout)  # noqa: S307
+        assert errno == 28 and written <= 16 << 20
+        assert box.execute("print('alive')").stdout == "alive\n"
+        box.close()
+    finally:
+        mounts.unmount(bounded)
+
+
+def test_B3_B6_doctor_clean_removes_what_a_crashed_host_left(tmp_path: Path, approvals: Path) -> None:
+    root = tmp_path / "run"
+    left = root / "cg-0123456789ab"
+    (left / "ipc").mkdir(parents=True)  # prepared, mounted, then the host died before it wrote owner.json
+    mounts.mount_tmpfs(left / "ipc", mounts.IPC_BYTES, 1000, 1000)
+    try:
+        old = time.time() - 3600
+        os.utime(left, (old, old))
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait(30)
+        stale = {"id": "feedfacecafe-1", "session": "feedfacecafe", "seq": 1, "tool": "refund",
+                 "args": {"amount": 1}, "args_sha256": "0" * 64, "cell_line": None, "source_line": None,
+                 "requested": 0.0, "deadline": 9e9, "owner": {"pid": gone.pid, "start_time": "1"}}
+        (approvals / "feedfacecafe-1.request.json").write_text(json.dumps(stale))
+        doctor = cellgate("doctor", "--clean", CELLGATE_RUN_ROOT=str(root))
+        assert f"removed 1 leftover sandbox(es) from {root}: cg-0123456789ab" in doctor.stdout, doctor.stdout
+        assert not mounted(str(left)) and not left.exists()
+        assert "withdrew 1 approval request(s)" in doctor.stdout and "feedfacecafe-1" in doctor.stdout
+        assert not (approvals / "feedfacecafe-1.request.json").exists()
+        assert "was withdrawn" in cellgate("approvals", "approve", "feedfacecafe-1").stderr
+    finally:
+        mounts.unmount_under(root)
