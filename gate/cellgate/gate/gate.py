@@ -152,7 +152,8 @@ class CallContext:
     idempotency_key: str = ""
     # Who asked: a program in the sandbox ("code") or the model on its own turn ("direct").
     origin: Literal["code", "direct"] = "code"
-    # The msg_id of the cell the host attributes the call to; its end withdraws the call's approval request.
+    # The host's key of the cell run the call is attributed to (unique: a client's msg_ids start over after a
+    # restart); ``Gate.withdraw`` with it withdraws the call's approval request when that cell ends.
     cell: str = ""
 
 

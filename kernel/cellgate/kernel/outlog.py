@@ -72,8 +72,10 @@ class OutputLog:
 
         stream.write = logged_write
         stream.flush = logged_flush
-        if hasattr(stream, "register_hook"):
-            stream.register_hook(before_send)
+        # ipykernel keeps hooks per thread and sends from its IOPub thread: register there.
+        pub_thread = getattr(stream, "pub_thread", None)
+        if hasattr(stream, "register_hook") and hasattr(pub_thread, "schedule"):
+            pub_thread.schedule(lambda: stream.register_hook(before_send))
 
     def note(self, parent: str, name: str, text: str) -> None:
         with self._lock:
