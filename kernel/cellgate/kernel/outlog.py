@@ -46,7 +46,7 @@ class OutputLog:
         self._fd: int | None = None
         self._size = 0
         self._lock = threading.Lock()
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[tuple[str, str], int, list[str]]] = []  # (cell, stream), offset, texts
         self._pending_bytes = 0
         self._offsets: dict[tuple[str, str], int] = {}
         self._broken = False
@@ -84,10 +84,12 @@ class OutputLog:
             self._offsets[key] = offset + len(text)
             if len(self._offsets) > 256:  # cells long gone: their offsets are not needed any more
                 self._offsets.pop(next(iter(self._offsets)))
-            line = json.dumps({"p": parent, "n": name, "o": offset, "t": text}, ensure_ascii=False) + "\n"
-            data = line.encode("utf-8", "replace")
-            self._pending.append(data)
-            self._pending_bytes += len(data)
+            last = self._pending[-1] if self._pending else None
+            if last is not None and last[0] == key:  # consecutive writes of one stream: one record
+                last[2].append(text)
+            else:
+                self._pending.append((key, offset, [text]))
+            self._pending_bytes += len(text)
             full = self._pending_bytes >= FLUSH_AT_BYTES
         if full:
             self.sync()
@@ -99,7 +101,8 @@ class OutputLog:
                 self._pending.clear()
                 self._pending_bytes = 0
                 return
-            data = b"".join(self._pending)
+            data = "".join(json.dumps({"p": parent, "n": name, "o": offset, "t": "".join(parts)}, ensure_ascii=False)
+                           + "\n" for (parent, name), offset, parts in self._pending).encode("utf-8", "replace")
             self._pending.clear()
             self._pending_bytes = 0
             try:
