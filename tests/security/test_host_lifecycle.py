@@ -498,3 +498,22 @@ def test_B3_B6_doctor_clean_removes_what_a_crashed_host_left(tmp_path: Path, app
         assert "was withdrawn" in cellgate("approvals", "approve", "feedfacecafe-1").stderr
     finally:
         mounts.unmount_under(root)
+
+
+def test_B9_the_output_log_is_read_as_the_sandbox_wrote_it_hostile(session_factory) -> None:
+    box = session_factory()
+    host_file = Path("/etc/passwd").read_text().splitlines()[0]
+    # The log replaced by a link to a host file, by a FIFO, and by records claiming another cell's output.
+    for trick in ("os.symlink('/etc/passwd', log)", "os.mkfifo(log)",
+                  "open(log, 'w').write(json.dumps({'p': 'other', 'n': 'stdout', 'o': 0, 't': 'forged'}) + '\\n'"
+                  " + 'garbage\\n' * 1000)"):
+        result = box.execute("import os, json, signal\nlog = '/run/cellgate/ipc/output.log'\n"
+                             "print('before', flush=True)\nkernel = get_ipython().kernel\n"
+                             "kernel.output_log._broken = True\nif os.path.lexists(log):\n    os.remove(log)\n"
+                             f"{trick}\nos.kill(os.getpid(), signal.SIGKILL)", timeout=60)
+        assert result.status == "kernel-died", trick
+        text = "".join(o.get("text", "") for o in [c for c in nbformat.read(box.session.notebook_path, as_version=4)
+                                                    .cells if c.cell_type == "code"][-1].outputs)
+        assert host_file not in text and "forged" not in text, (trick, text)
+        box.restart()
+    assert box.execute("print('alive')").stdout == "alive\n"
