@@ -48,6 +48,8 @@ class ApprovalRequest:
     source_line: str | None
     requested: float  # host clock, epoch seconds
     deadline: float
+    # The host process that waits for the answer ({"pid", "start_time"}); a request whose owner is gone is withdrawn.
+    owner: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,13 @@ class Approver(abc.ABC):
 
     @abc.abstractmethod
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer: ...
+
+    def withdraw(self, request: ApprovalRequest, reason: str) -> None:
+        """The request's cell ended (``reason``: how) while it waited; ``ask`` is cancelled too.
+
+        Called on the gate's loop; the default does nothing. An approver that
+        shows requests elsewhere takes them away here.
+        """
 
     def close(self) -> None:
         """Called when the session ends."""
@@ -193,7 +202,7 @@ class QueueApprover(Approver):
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
         pending = self.folder / f"{request.id}.request.json"
         answer_file = self.folder / f"{request.id}.answer.json"
-        write_json_atomically(pending, asdict(request))
+        write_json_atomically(pending, {**asdict(request), "owner": request.owner or this_process()})
         try:
             while True:
                 if answer_file.exists():
@@ -204,6 +213,9 @@ class QueueApprover(Approver):
         finally:
             pending.unlink(missing_ok=True)
             answer_file.unlink(missing_ok=True)  # single use
+
+    def withdraw(self, request: ApprovalRequest, reason: str) -> None:
+        withdraw_request(self.folder, request.id, f"its cell ended ({reason})")
 
     def _read_answer(self, path: Path, request: ApprovalRequest) -> ApprovalAnswer:
         try:
@@ -223,13 +235,81 @@ def write_json_atomically(path: Path, data: Any) -> None:
     os.replace(temp, path)
 
 
+WITHDRAWN_KEPT_SECONDS = 7 * 24 * 3600  # how long `approve ID` can still say why a request is gone
+
+
+def this_process() -> dict[str, Any]:
+    from .sandbox import _process_start_time
+
+    return {"pid": os.getpid(), "start_time": _process_start_time(os.getpid())}
+
+
+def withdraw_request(folder: Path, request_id: str, reason: str) -> None:
+    """Take a request out of the queue and leave a note saying why, for `approve ID` to answer with."""
+    note = {"id": request_id, "withdrawn": time.time(), "reason": reason}
+    try:
+        write_json_atomically(folder / f"{request_id}.withdrawn.json", note)
+    except OSError:
+        pass
+    (folder / f"{request_id}.request.json").unlink(missing_ok=True)
+    (folder / f"{request_id}.answer.json").unlink(missing_ok=True)
+    cutoff = time.time() - WITHDRAWN_KEPT_SECONDS
+    for old in folder.glob("*.withdrawn.json"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            continue
+
+
+def withdraw_orphans(folder: Path | None = None) -> list[str]:
+    """Withdraw the requests whose host process is gone (a crashed session); returns their ids."""
+    from .sandbox import owner_alive
+
+    folder = folder or approvals_dir()
+    gone = []
+    for path in sorted(folder.glob("*.request.json")) if folder.is_dir() else []:
+        try:
+            owner = json.loads(path.read_text()).get("owner")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(owner, dict) and not owner_alive(owner):
+            request_id = path.name.removesuffix(".request.json")
+            withdraw_request(folder, request_id, f"the session that asked is gone (host process {owner.get('pid')} "
+                                                 "ended without answering it)")
+            gone.append(request_id)
+    return gone
+
+
+def _withdrawn_error(folder: Path, request_id: str) -> ConfigError | None:
+    try:
+        note = json.loads((folder / f"{request_id}.withdrawn.json").read_text())
+    except (OSError, ValueError):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(note.get("withdrawn", 0))))
+    return ConfigError(f"approval {request_id!r} was withdrawn at {when}: {note.get('reason', 'no reason recorded')}; "
+                       "the tool was not run and will not run. Answer only requests `cellgate approvals list` shows")
+
+
 def answer(request_id: str, decision: Literal["allow", "deny"], reason: str = "", folder: Path | None = None) -> dict[str, Any]:
     """Answer a queued request (what `cellgate approvals approve|deny` does)."""
     folder = folder or approvals_dir()
-    request = asdict(pending_request(request_id, folder))
+    withdraw_orphans(folder)
+    try:
+        request = asdict(pending_request(request_id, folder))
+    except ConfigError:
+        withdrawn = _withdrawn_error(folder, request_id) if _REQUEST_ID.fullmatch(request_id) else None
+        if withdrawn is not None:
+            raise withdrawn from None
+        raise
     reply = {"decision": decision, "seq": request["seq"], "args_sha256": request["args_sha256"],
              "reason": reason, "by": f"uid {os.getuid()}"}
-    write_json_atomically(folder / f"{request_id}.answer.json", reply)
+    answer_file = folder / f"{request_id}.answer.json"
+    write_json_atomically(answer_file, reply)
+    withdrawn = _withdrawn_error(folder, request_id)  # withdrawn while we answered: the answer counts for nothing
+    if withdrawn is not None:
+        answer_file.unlink(missing_ok=True)
+        raise withdrawn
     return request
 
 
@@ -271,6 +351,7 @@ def pending_request(request_id: str, folder: Path | None = None) -> ApprovalRequ
 
 def pending_requests(folder: Path | None = None) -> list[dict[str, Any]]:
     folder = folder or approvals_dir()
+    withdraw_orphans(folder)
     requests = []
     for path in sorted(folder.glob("*.request.json")) if folder.is_dir() else []:
         try:
@@ -306,4 +387,5 @@ __all__ = [
     "Approver", "ApprovalRequest", "ApprovalAnswer", "DenyApprover", "AllowApprover", "PromptApprover",
     "QueueApprover", "CallbackApprover", "load_approver", "answer", "pending_requests", "describe_request",
     "describe_full", "pending_request", "request_from",
+    "withdraw_orphans",
 ]

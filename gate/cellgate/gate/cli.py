@@ -153,6 +153,11 @@ def _add_policy(sub: Any) -> None:
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
                                                     "max_result_bytes", "approver", "approval_timeout")}
         print("budgets: " + ", ".join(f"{k}={v}" for k, v in budgets.items()))
+        from .policy import unrequired_constraints
+
+        schemas = {name: tool.parameters for name in registry.names() if (tool := registry.get(name)) is not None}
+        for warning in unrequired_constraints(policy, schemas):
+            err.print(f"[yellow]warning:[/] {escape(warning)}")
         unknown = sorted(set(policy.tools) - set(registry.names()))
         if unknown:
             err.print(f"[red]error:[/] [policy.tools] names tools that are not configured: {', '.join(unknown)}; "
@@ -212,6 +217,10 @@ def _add_audit(sub: Any) -> None:
         if not journal.is_file():
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
+        from .approval import withdraw_orphans
+
+        for request_id in withdraw_orphans():  # a crashed session's requests must not be approvable later
+            err.print(f"[yellow]note:[/] withdrew approval request {escape(request_id)}: the session that asked is gone")
         for note in notes:
             say(err, ("note:", "yellow"), f" {note}")
         statuses = [c.metadata.cellgate.status for c in nb.cells]

@@ -39,6 +39,8 @@ class SandboxSettings(_Strict):
     open_files: int = Field(1024, ge=64, le=1 << 20)
     tmp_mb: int = Field(256, ge=1, le=65536)
     workspace: str | None = None
+    workspace_mb: int = Field(256, ge=1, le=1 << 20, description="size of /workspace: its private tmpfs, or the "
+                              "most free space the filesystem of a host `workspace` folder may have")
     cell_timeout: float = Field(600.0, gt=0)
     interrupt_grace: float = Field(5.0, gt=0)
     call_timeout: float = Field(30.0, gt=0)

@@ -70,6 +70,11 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
         images = run_root() / "images"
         dropped = prune(images, 0) if images.is_dir() else 0
         _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
+        from .approval import approvals_dir, withdraw_orphans
+
+        withdrawn = withdraw_orphans()
+        _ok("clean", f"withdrew {len(withdrawn)} approval request(s) left by sessions that are gone, in "
+            f"{approvals_dir()}" + (f": {', '.join(withdrawn)}" if withdrawn else ""))
     try:
         runsc = find()
     except SandboxUnavailable as exc:

@@ -3,9 +3,10 @@
 ``Gate.call`` is the one door between the sandbox and the operator's tools:
 
 1. the tool must exist in this session and the call id must be new;
-2. the arguments are validated host-side with jsonschema (the exact object
-   that was validated is the one passed to the tool, so an invalid call never
-   reaches it);
+2. the schema's defaults are filled in, then the arguments are validated
+   host-side with jsonschema (the exact object that was validated, and that
+   the policy's rules saw, is the one passed to the tool, so an invalid call
+   never reaches it and an omitted argument cannot slip past a rule);
 3. the policy decides (``policy.evaluate``: budgets, rate limits, rules), and
    an ``approve`` decision waits for the approver (time spent waiting does not
    count against the cell's timeout);
@@ -17,6 +18,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -34,15 +37,16 @@ import pydantic_core
 
 from cellgate.kernel.wire import ErrorKind
 
-from .approval import ApprovalRequest, Approver, DenyApprover, args_digest
+from .approval import ApprovalAnswer, ApprovalRequest, Approver, DenyApprover, args_digest
 from .errors import SourceUnavailable
 from .gate_text import redact
 from .policy import Call, Counters, Policy, evaluate
 from .protocol import CallRequest
 from .scrubber import SecretScrubber
-from .tools import ToolRegistry
+from .tools import DefaultsFiller, ToolRegistry, with_defaults
 
 PREVIEW_CHARS = 200
+ENDED_CELLS_KEPT = 256  # cells whose end a late call's approval is checked against
 
 
 def utcnow() -> str:
@@ -152,6 +156,9 @@ class CallContext:
     idempotency_key: str = ""
     # Who asked: a program in the sandbox ("code") or the model on its own turn ("direct").
     origin: Literal["code", "direct"] = "code"
+    # The host's key of the cell run the call is attributed to (unique: a client's msg_ids start over after a
+    # restart); ``Gate.withdraw`` with it withdraws the call's approval request when that cell ends.
+    cell: str = ""
 
 
 class Gate:
@@ -180,9 +187,15 @@ class Gate:
             for name in registry.names()
             if (tool := registry.get(name)) is not None
         }
+        self._fillers = {name: DefaultsFiller(tool.parameters) for name in registry.names()
+                         if (tool := registry.get(name)) is not None}
         self._limits: dict[str, asyncio.Semaphore] = {}
         # The secret values this session has seen; the recorder scrubs them from everything it writes.
         self.secrets = SecretScrubber()
+        # Approval requests being waited for (request id -> cell, request, waiter), and the ones withdrawn.
+        self._asking: dict[str, tuple[str, ApprovalRequest, asyncio.Future[Any]]] = {}
+        self._withdrawn: dict[str, str] = {}
+        self._ended_cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     def note_secret_args(self, tool: str, args: dict[str, Any]) -> None:
         """Remember the values of ``tool``'s secret arguments (before anything about the call is recorded)."""
@@ -196,9 +209,35 @@ class Gate:
     def new_cell(self) -> None:
         self.counters.new_cell()
 
+    def withdraw(self, cell: str, reason: str) -> list[ApprovalRequest]:
+        """The cell ended: withdraw every approval request its calls wait for (none of them will run).
+
+        Synchronous, so the caller can journal the withdrawals before the cell's end.
+        A call of that cell that reaches approval later is withdrawn at once.
+        """
+        self._ended_cells[cell] = reason
+        while len(self._ended_cells) > ENDED_CELLS_KEPT:
+            self._ended_cells.popitem(last=False)
+        gone = []
+        for request_id, (owner, ask, waiter) in list(self._asking.items()):
+            if owner != cell:
+                continue
+            del self._asking[request_id]
+            self._withdrawn[request_id] = reason
+            waiter.cancel()
+            try:
+                self.approver.withdraw(ask, reason)
+            except Exception:  # an approver's bookkeeping must not keep the cell from ending
+                pass
+            gone.append(ask)
+        return gone
+
     async def call(self, request: CallRequest, seq: int, context: CallContext | None = None) -> tuple[dict[str, Any], CallRecord]:
         """Decide and run one call; returns the wire reply and the record of it."""
         context = context or CallContext()
+        filler = self._fillers.get(request.tool)
+        if filler is not None:  # rules, approver, record and tool all see the arguments the tool will get
+            request = dataclasses.replace(request, args=with_defaults(filler, request.args))
         secret_names = self.policy.secret_args(request.tool)
         kept = self.secrets
         self.note_secret_args(request.tool, request.args)
@@ -306,16 +345,34 @@ class Gate:
             args=record.args, args_sha256=record.args_sha256, cell_line=record.cell_line,
             source_line=record.source_line, requested=now, deadline=now + self.policy.approval_timeout,
         )
-        context.waiting(True)
-        try:
-            answer = await asyncio.wait_for(self.approver.ask(ask), self.policy.approval_timeout)
-        except TimeoutError:
-            record.decision = "approval-timeout"
-            record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now)}
-            raise CallFailed("denied", f"tool {tool!r} needed approval (policy rule {rule}) and no answer came within "
-                                       f"{self.policy.approval_timeout:g} s; it was not run") from None
-        finally:
-            context.waiting(False)
+        answer: ApprovalAnswer | None = None
+        if context.cell and context.cell in self._ended_cells:  # the cell ended before the call got here
+            self._withdrawn[ask.id] = self._ended_cells[context.cell]
+        else:
+            waiter = asyncio.ensure_future(self.approver.ask(ask))
+            self._asking[ask.id] = (context.cell, ask, waiter)
+            context.waiting(True)
+            try:
+                answer = await asyncio.wait_for(waiter, self.policy.approval_timeout)
+            except TimeoutError:
+                if ask.id not in self._withdrawn:
+                    record.decision = "approval-timeout"
+                    record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now)}
+                    raise CallFailed("denied", f"tool {tool!r} needed approval (policy rule {rule}) and no answer "
+                                               f"came within {self.policy.approval_timeout:g} s; it was not run") from None
+            except asyncio.CancelledError:
+                if ask.id not in self._withdrawn:
+                    raise  # the gate itself is stopping
+            finally:
+                self._asking.pop(ask.id, None)
+                context.waiting(False)
+        withdrawn = self._withdrawn.pop(ask.id, None)
+        if withdrawn is not None or answer is None:  # an answer that came with the cell's end counts for nothing
+            record.decision = "approval-withdrawn"
+            record.approval = {"approver": self.approver.name, "answered": None, "requested": iso(now),
+                               "withdrawn": utcnow(), "reason": f"its cell ended ({withdrawn})"}
+            raise CallFailed("denied", f"tool {tool!r} was waiting for approval (policy rule {rule}) when its cell "
+                                       f"ended ({withdrawn}); the request was withdrawn and the tool was not run")
         record.approval = {"approver": answer.approver, "answered": iso(answer.answered or time.time()),
                            "requested": iso(now), "reason": answer.reason}
         if answer.decision != "allow":

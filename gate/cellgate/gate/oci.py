@@ -22,6 +22,7 @@ CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
 TOOLS_DIR: Final = "/opt/cellgate/tools"
 WORKSPACE: Final = "/workspace"
 SNAPSHOT_READY: Final = "snapshot-ready"
+OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
 
 # Host system directories the interpreter needs, bound read-only when present.
 SYSTEM_DIRS: Final = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
@@ -48,6 +49,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "CELLGATE_OUTPUT_LIMIT",
         "MALLOC_ARENA_MAX",
         "CELLGATE_SNAPSHOT_READY",
+        "CELLGATE_OUTPUT_LOG",
     }
 )
 
@@ -166,6 +168,8 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
         # Where a kernel started without a connection file says it is ready to
         # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
         "CELLGATE_SNAPSHOT_READY": f"{IPC_DIR}/{SNAPSHOT_READY}",
+        # Where the kernel also writes its stream output (cellgate.kernel.outlog).
+        "CELLGATE_OUTPUT_LOG": f"{IPC_DIR}/{OUTPUT_LOG}",
     }
     if restricted is not None:
         env["CELLGATE_RESTRICTED"] = json.dumps(sorted(restricted))

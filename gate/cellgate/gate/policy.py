@@ -233,3 +233,36 @@ def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, 
             "known": "yes" if tool in tools else "NOT A TOOL OF THIS CONFIG",
         })
     return rows
+
+
+def unrequired_constraints(policy: Policy, schemas: dict[str, dict[str, Any]]) -> list[str]:
+    """Warnings for rules that constrain an argument a call may leave out (`cellgate policy check`).
+
+    ``when: {properties: {amount: {maximum: 100}}}`` without ``required``
+    matches a call that omits ``amount``. The gate fills the tool's schema
+    defaults before it evaluates rules, so such a call is matched against the
+    default; an argument with neither a default nor ``required`` in the tool's
+    schema is simply absent, and the rule matches whatever the tool then does.
+    """
+    warnings = []
+    for tool, entry in sorted(policy.tools.items()):
+        schema = schemas.get(tool) or {}
+        tool_required = set(schema.get("required") or [])
+        declared = schema.get("properties") or {}
+        for index, rule in enumerate(entry.rules):
+            constrained = rule.when.get("properties")
+            if not isinstance(constrained, dict):
+                continue
+            required = set(rule.when.get("required") or [])
+            label = f"policy.tools.{tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
+            for name in sorted(set(constrained) - required - tool_required):
+                prop = declared.get(name) if isinstance(declared.get(name), dict) else {}
+                if "default" in prop:
+                    then = (f"the gate fills in the tool's default {json.dumps(prop['default'])} before the rule "
+                            "is checked, so a call that leaves it out is decided on that value")
+                else:
+                    then = "a call that leaves it out matches this rule, and the tool decides what a missing value means"
+                warnings.append(f"{label} constrains {name!r} but does not require it: {then}; add "
+                                f"required = [{json.dumps(name)}] to its `when` if the rule must only match calls "
+                                "that pass it")
+    return warnings

@@ -115,6 +115,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             notebook_path = settings.resolve(settings.audit.dir) / f"{stamp}-{session_id[:8]}.ipynb"
         self.limits = oci.Limits(
             memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
+            workspace_bytes=box.workspace_mb << 20,
             # Far above the recorded cap, so the host still sees a long output's tail; only a flood is cut.
             kernel_output_bytes=max(32 << 20, 4 * (box.output_limit_kb << 10)),
         )

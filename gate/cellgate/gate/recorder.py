@@ -399,6 +399,8 @@ class Recorder:
         with self._lock:
             cell.call_records.append(record)
             self._write("call-finished", msg_id=cell.msg_id, call=entry)
+        if cell.status is not None:  # finished after its cell ended (e.g. an approval withdrawn at the end)
+            self.write_notebook()
 
     def _store_blob(self, digest: str, value: Any) -> None:
         self.blobs.mkdir(exist_ok=True)

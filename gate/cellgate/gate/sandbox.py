@@ -3,7 +3,8 @@
 Each sandbox gets a run folder under ``run_root()`` holding the OCI bundle,
 the runsc state, a generated /etc, the kernel's connection file, the
 generated tools package and the (empty, 0700) folder where the kernel binds
-its ipc sockets. A small reaper process, started with each sandbox, deletes
+its ipc sockets: a small tmpfs the host mounts (``mounts``), unmounted with
+the sandbox. A small reaper process, started with each sandbox, deletes
 it if the host process dies without doing so (even by SIGKILL); anything a
 crash still leaves behind is reaped by the next start or `cellgate doctor --clean`.
 """
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 import cellgate.kernel
 
-from . import oci, snapshot
+from . import mounts, oci, snapshot
 from .errors import SandboxError
 from .runsc import Runsc
 
@@ -33,6 +34,7 @@ Isolation = Literal["gvisor", "none"]
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_FILE = "owner.json"
+ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
 
 
 def run_root() -> Path:
@@ -94,6 +96,11 @@ def reap_leftovers(root: Path | None = None) -> list[str]:
         try:
             owner = json.loads(owner_file.read_text())
         except (OSError, ValueError):
+            # A host that died while preparing a sandbox leaves a mounted socket folder and no owner record.
+            if mounts.mounts_under(folder) and _age(folder) > ORPHAN_MOUNT_AGE:
+                mounts.unmount_under(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                reaped.append(folder.name)
             continue
         if owner_alive(owner):
             continue
@@ -106,9 +113,17 @@ def reap_leftovers(root: Path | None = None) -> list[str]:
                     os.kill(pid, 9)
                 except OSError:
                     pass
+        mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
         shutil.rmtree(folder, ignore_errors=True)
         reaped.append(folder.name)
     return reaped
+
+
+def _age(folder: Path) -> float:
+    try:
+        return time.time() - folder.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -185,6 +200,10 @@ class Sandbox:
             "--IPKernelApp.parent_handle=0",
         ]
         if self.config.isolation == "gvisor":
+            if self.config.workspace:
+                mounts.check_workspace(self.config.workspace, self.config.limits.workspace_bytes)
+            # The socket folder is the one host folder the sandbox writes to: a small tmpfs, not the host's disk.
+            mounts.mount_tmpfs(self.path("ipc"), mounts.IPC_BYTES, uid, gid)
             # The sandbox user owns its own read-only folders (so a write there is
             # EROFS, not EACCES) and the socket folder, which holds nothing else.
             for part in ("bundle/rootfs", "etc", "tools", "ipc", "conn"):
@@ -264,6 +283,7 @@ class Sandbox:
             env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))
+            env["CELLGATE_OUTPUT_LOG"] = str(self.path("ipc", oci.OUTPUT_LOG))
             cwd = str(self.path("log"))
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -310,7 +330,7 @@ class Sandbox:
                 pending.discard(channel)
             unexpected = set(os.listdir(self.path("ipc"))) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
-            }
+            } - {oci.OUTPUT_LOG}
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")
@@ -353,6 +373,7 @@ class Sandbox:
     def delete(self) -> None:
         """Kill the kernel, remove the run folder and dismiss the reaper."""
         self.kill()
+        mounts.unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
         if self._reaper is not None and self._reaper.stdin is not None:
             try:

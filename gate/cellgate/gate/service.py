@@ -40,6 +40,7 @@ from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
 
 from .bounds import (MAX_OUTPUT_VALUES, OVERFLOW_EVENTS, HostBounds, RefusalLedger, content_within, is_refusal,
                      json_values, read_unparsed, reopen, watch_overflow)
+from .cpuclock import CpuClock, CpuSource
 from .direct import DirectResult, serve_direct
 from .errors import SessionError
 from .gate import CallContext, Gate
@@ -49,6 +50,8 @@ from . import relaywire
 from .journal import JournalError
 from .late import LateOutput
 from .oom import OomWatch
+from .oci import OUTPUT_LOG
+from .output_ledger import OutputLedger, settle
 from .recorder import CellRecord, Recorder, output_dict
 from .sandbox import Sandbox
 
@@ -94,12 +97,14 @@ class _Pending:
     idle: bool = False
     reply_status: str | None = None
     timed_out: bool = False
-    timer: asyncio.TimerHandle | None = None
-    # Wall-clock budget left, and how many calls wait for a person (the clock stops meanwhile).
+    timer: asyncio.TimerHandle | CpuClock | None = None
+    # Budget left, and how many calls wait for a person (meanwhile it is spent at the sandbox's CPU rate).
     remaining: float = 0.0
     resumed_at: float = 0.0
     waiting: int = 0
     refusals: RefusalLedger = field(default_factory=lambda: RefusalLedger(budget=100))
+    # Unique per cell run (a client's msg_ids start over after a restart): what the gate withdraws approvals by.
+    key: str = field(default_factory=lambda: os.urandom(8).hex())
 
 
 def _session(key: str | bytes) -> Session:
@@ -156,6 +161,7 @@ class GateService:
         self._monitors: list[zmq.asyncio.Socket] = []
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
         self._kill_status: dict[str, tuple[str, str]] = {}
+        self._ledger: OutputLedger | None = None
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -317,6 +323,7 @@ class GateService:
         if self._oom is not None:
             self._oom.close()
         self._oom = OomWatch(sandbox.id, lambda: self._event("memory-limit-hit", sandbox=sandbox.id))
+        self._ledger = OutputLedger(sandbox.path("ipc", OUTPUT_LOG))
         if sandbox.config.isolation == "gvisor" and not self._oom.start(self.loop):
             self.recorder.event("memory-accounting-unavailable", note="an OOM kill will be reported as kernel-died")
         self.recorder.event("kernel-attached", sandbox=sandbox.describe())
@@ -565,7 +572,7 @@ class GateService:
         pending.timer = self.loop.call_later(pending.remaining, self._on_timeout, pending)
 
     def _waiting_for_person(self, pending: _Pending, waiting: bool) -> None:
-        """Approval waits do not count against the cell's wall-clock limit."""
+        """Approval waits do not count against the cell's wall clock; the sandbox's CPU time meanwhile does."""
         if self.loop is None or pending.timed_out or self._running() is not pending:
             return
         if waiting:
@@ -573,10 +580,23 @@ class GateService:
             if pending.waiting == 1 and pending.timer is not None:
                 pending.timer.cancel()
                 pending.remaining -= self.loop.time() - pending.resumed_at
+                pending.timer = CpuClock(self.loop, self._cpu_source(), pending.remaining,
+                                         lambda: self._on_timeout(pending))
         else:
             pending.waiting = max(0, pending.waiting - 1)
             if pending.waiting == 0:
+                if isinstance(pending.timer, CpuClock):
+                    pending.timer.cancel()
+                    pending.remaining -= pending.timer.spent()
                 self._arm(pending)
+
+    def _cpu_source(self) -> CpuSource:
+        box = self.sandbox
+        if box is None:
+            return CpuSource(None, None)
+        if box.config.isolation == "gvisor":
+            return CpuSource(box.id, None)
+        return CpuSource(None, box.process.pid if box.process is not None else None)
 
     def _tap_reply(self, frames: list[bytes]) -> None:
         parsed = self._read(frames, "shell-reply")
@@ -620,6 +640,8 @@ class GateService:
         msg = self._kernel_session.deserialize(rest, content=False)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return None
+        if self._ledger is not None:
+            self._ledger.seen(msg)  # numbered by the kernel: gaps are lost messages
         size = len(msg["content"])
         if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
             parsed = None  # small text, huge structure: what it would cost is counted, not paid
@@ -685,6 +707,8 @@ class GateService:
 
     def _capture(self, pending: _Pending, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit: head as it comes, tail at the end, a marker between."""
+        if self._ledger is not None:
+            self._ledger.received(pending.record.msg_id, output)
         size = len(json.dumps(output, ensure_ascii=False))
         half = self.output_limit // 2
         if not pending.tail and not pending.dropped_bytes and pending.out_bytes + size <= half:
@@ -790,7 +814,7 @@ class GateService:
         context = CallContext(cell_source=cell.source, claimed_line=request.line, claimed_thread=request.thread,
                               waiting=lambda waiting: self._waiting_for_person(head, waiting),
                               intent=lambda record: self.recorder.call_started(cell, record),
-                              idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}")
+                              idempotency_key=f"{self.gate.session_id}/{cell.msg_id}/{seq}", cell=head.key)
         self._spawn(self._serve(comm_id, head, request, seq, context))
 
     async def _serve(self, comm_id: str, pending: _Pending, request: Any, seq: int, context: CallContext) -> None:
@@ -890,6 +914,9 @@ class GateService:
         if self._exit_expected:
             self._event("kernel-exited", exit_code=code)
             return
+        await self._recover_output()
+        if self.sandbox is not sandbox or self._stopping:
+            return
         if self._killed_by_host is sandbox:
             self._event("kernel-killed", exit_code=code)
             status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
@@ -906,6 +933,21 @@ class GateService:
             return
         self._event("kernel-died", exit_code=code)
         self._fail_queue("kernel-died", "kernel-died")
+
+    async def _recover_output(self) -> None:
+        """The kernel died: record the running cell's output that its log has and IOPub never delivered."""
+        await settle(self._back.get("iopub"))
+        head = self._running()
+        if head is not None and self._ledger is not None:
+            for output in self._ledger.recover(head.record.msg_id):
+                self._capture(head, output)
+
+    def _note_lost_output(self, pending: _Pending) -> None:
+        lost = self._ledger.lost() if self._ledger is not None else 0
+        if lost:
+            self._capture(pending, {"output_type": "stream", "name": "stderr", "text":
+                                    f"[cellgate: {lost} output messages lost between the kernel and the host]\n"})
+            pending.limits.append("output-incomplete")
 
     def _fail_queue(self, status: str, reason: str) -> None:
         """End every queued cell because the kernel is gone; tell frontends."""
@@ -961,6 +1003,10 @@ class GateService:
         else:
             status = "error"
         try:
+            for ask in self.gate.withdraw(pending.key, status):  # nothing a cell asked for outlives it
+                self.recorder.event("approval-withdrawn", msg_id=record.msg_id, request=ask.id, seq=ask.seq,
+                                    tool=ask.tool, reason=f"its cell ended ({status})")
+            self._note_lost_output(pending)
             self._flush_tail(pending)
             for event, data in pending.refusals.summary():
                 self.recorder.event(event, msg_id=record.msg_id, **data)

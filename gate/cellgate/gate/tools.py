@@ -8,6 +8,7 @@ and the parameter descriptions from the docstring with docstring_parser.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -22,6 +23,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 import docstring_parser
+import jsonschema
 from pydantic import TypeAdapter
 
 from cellgate.kernel.stubgen import RESERVED, check_identifier
@@ -88,6 +90,14 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
             f"from its signature: {exc}; give every parameter a JSON-compatible type hint"
         ) from None
     schema = _strip_titles(schema)
+    properties = schema.get("properties", {})
+    for arg, parameter in signature.parameters.items():
+        if parameter.default is not inspect.Parameter.empty and arg in properties and "default" not in properties[arg]:
+            # The gate fills defaults before the policy sees a call; one it cannot write down would reach the tool unseen.
+            raise ConfigError(
+                f"tool {name!r} ({source or function.__module__}): the default of parameter {arg!r} "
+                f"({parameter.default!r}) cannot be written in its JSON Schema, so policy rules could not see it; "
+                "use a JSON value (a number, string, bool, None, list or dict) as the default")
     described = {p.arg_name: p.description for p in doc.params if p.description}
     for arg, prop in schema.get("properties", {}).items():
         if arg in described:
@@ -95,6 +105,29 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
                 accepts_idempotency_key=takes_key)
+
+
+def _filling_properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+    if isinstance(instance, dict) and isinstance(properties, dict):
+        for name, subschema in properties.items():
+            if isinstance(subschema, dict) and "default" in subschema and name not in instance:
+                instance[name] = copy.deepcopy(subschema["default"])
+    yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+# jsonschema's documented way to fill defaults: a validator whose `properties` keyword sets them as it descends.
+DefaultsFiller = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _filling_properties})
+
+
+def with_defaults(filler: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``args`` with every schema default filled in (also in nested objects): what the tool will receive.
+
+    The gate validates, decides and records this object, and passes exactly it to the tool.
+    """
+    filled = copy.deepcopy(args)
+    for _ in filler.iter_errors(filled):  # validation errors are the strict validator's job, afterwards
+        pass
+    return filled
 
 
 def load_module(path: str | Path) -> ModuleType:

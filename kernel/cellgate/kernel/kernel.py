@@ -1,10 +1,12 @@
 """``CellgateKernel``: the ipykernel that runs inside the sandbox.
 
-Two additions to ``IPythonKernel``:
+Additions to ``IPythonKernel``:
 
 - gate replies arrive as ``comm_msg`` on the **control** channel (the shell
   channel is blocked while a cell runs) and go straight to the tools runtime;
 - the generated ``tools`` package is imported into the user namespace;
+- stream output is also logged to a host-backed file and IOPub messages are
+  numbered, so output survives the kernel's death and losses show (``outlog``);
 - in restricted mode (``CELLGATE_RESTRICTED``), cells run under
   RestrictedPython's guards instead of IPython (see ``restricted``).
 """
@@ -24,7 +26,7 @@ from typing import Any
 from ipykernel.ipkernel import IPythonKernel
 from traitlets import Float
 
-from . import runtime
+from . import outlog, runtime
 
 
 THREAD_STACK_BYTES = 2 << 20
@@ -144,9 +146,15 @@ class CellgateKernel(IPythonKernel):
         threads_inherit_the_cell()
         limit = os.environ.get("CELLGATE_OUTPUT_LIMIT", "")
         self.output_cap = OutputCap(int(limit)) if limit.isdigit() else None
+        log_path = os.environ.get("CELLGATE_OUTPUT_LOG")
+        self.output_log = outlog.OutputLog(log_path) if log_path else None
+        if self.session is not None:
+            outlog.number_iopub(self.session, (self.iopub_socket, getattr(self, "iopub_thread", None)))
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "parent_header"):  # ipykernel's OutStream, not a terminal
                 skip_empty_flushes(stream)
+                if self.output_log is not None:  # under the cap: what the cap drops is not logged either
+                    self.output_log.wrap(stream)
                 if self.output_cap is not None:
                     self.output_cap.wrap(stream)
 
