@@ -157,7 +157,7 @@ def _add_policy(sub: Any) -> None:
 
         schemas = {name: tool.parameters for name in registry.names() if (tool := registry.get(name)) is not None}
         for warning in unrequired_constraints(policy, schemas):
-            err.print(f"[yellow]warning:[/] {escape(warning)}")
+            say(err, ("warning:", "yellow"), f" {warning}")
         unknown = sorted(set(policy.tools) - set(registry.names()))
         if unknown:
             err.print(f"[red]error:[/] [policy.tools] names tools that are not configured: {', '.join(unknown)}; "
@@ -220,7 +220,7 @@ def _add_audit(sub: Any) -> None:
         from .approval import withdraw_orphans
 
         for request_id in withdraw_orphans():  # a crashed session's requests must not be approvable later
-            err.print(f"[yellow]note:[/] withdrew approval request {escape(request_id)}: the session that asked is gone")
+            say(err, ("note:", "yellow"), f" withdrew approval request {request_id}: the session that asked is gone")
         for note in notes:
             say(err, ("note:", "yellow"), f" {note}")
         statuses = [c.metadata.cellgate.status for c in nb.cells]
