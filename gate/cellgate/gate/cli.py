@@ -206,14 +206,16 @@ def _add_audit(sub: Any) -> None:
     verify.add_argument("notebook")
 
     def run_verify(a: argparse.Namespace) -> int:
-        from .audit import verify as check
+        from .verification import check_run
 
-        problems = check(Path(a.notebook))
-        if problems:
-            for problem in problems:
+        result = check_run(Path(a.notebook))
+        if result.problems:
+            for problem in result.problems:
                 err.print(f"[bold red]FAILED:[/] {escape(problem)}")
             return 1
-        print(f"verified: {a.notebook} matches its journal and the hash chain is intact")
+        print(f"verified: {a.notebook} matches its journal and the hash chain is intact; all {result.records} "
+              f"records are signed with this host's key {result.key_id}; {result.blobs} result blob(s) match "
+              "their sha256")
         return 0
 
     verify.set_defaults(run=run_verify)
