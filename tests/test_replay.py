@@ -56,8 +56,8 @@ def test_replay_answers_from_the_recording_and_reproduces_the_failure(recorded) 
 
 def test_live_tools_make_exactly_the_expected_live_calls(recorded) -> None:
     notebook, count = recorded
-    done = cellgate("replay", str(notebook), "--live", "ledger", "--notebook", str(notebook.with_name("live.ipynb")),
-                    count=count)
+    done = cellgate("replay", str(notebook), "--live", "ledger", "--tools", str(COUNTED),
+                    "--notebook", str(notebook.with_name("live.ipynb")), count=count)
     assert done.returncode == 0 and "live calls: 1" in done.stdout
     assert count.read_text().splitlines() == ["ledger"]
 

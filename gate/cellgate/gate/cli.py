@@ -252,7 +252,13 @@ def _add_replay(sub: Any) -> None:
     p.add_argument("--interactive", action="store_true",
                    help="leave the kernel running where replay stops, for a person to attach to")
     p.add_argument("--notebook", dest="output", help="where to write the replay's own notebook")
-    p.add_argument("--config", help="cellgate.toml for the sandbox and the policy of --live tools")
+    p.add_argument("--config", help="cellgate.toml for the sandbox, the policy and the --live tools (default: "
+                   "$CELLGATE_CONFIG, then ./cellgate.toml unless it is in the notebook's folder)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py",
+                   help="modules that define the --live tools (paths in the recording are never imported)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="allow isolation = \"none\" from your config: the recording's cells then run on this "
+                        "host WITHOUT gVisor")
 
     def run(a: argparse.Namespace) -> int:
         import signal
@@ -268,7 +274,9 @@ def _add_replay(sub: Any) -> None:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
             outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
-                                   say=lambda line: print(line, flush=True))
+                                   say=lambda line: print(line, flush=True), tools=a.tools,
+                                   unsafe_no_sandbox=a.unsafe_no_sandbox,
+                                   note=lambda line: err.print(f"[yellow]note:[/] {escape(line)}"))
             return 0 if outcome.failed_cell is None or outcome.reproduced else 1
 
         return asyncio.run(go())
