@@ -191,7 +191,7 @@ def _add_audit(sub: Any) -> None:
         from .recorder import rebuild
 
         journal = Path(a.journal)
-        if not journal.is_file():
+        if not journal.exists() and not journal.is_symlink():  # anything else: refused with its kind when read
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
         for note in notes:
@@ -301,10 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except SandboxUnavailable as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 3
-    except CellgateError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+    except CellgateError as exc:  # messages quote config tables ("[sandbox] ..."): never markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")

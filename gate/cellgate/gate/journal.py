@@ -184,6 +184,33 @@ def _unsigned(record: dict[str, Any], index: int, key: hostkey.HostKey | None) -
     return None
 
 
+def _lines(fd: int, max_line: int) -> Iterator[tuple[bytes | None, bool]]:
+    """(line, ends with a newline) for each line of ``fd`` (closed at the end); (None, False) for a line
+    longer than ``max_line``, after which nothing more is read. Memory stays near ``max_line``."""
+    buffer = bytearray()
+    with os.fdopen(fd, "rb", buffering=0) as raw:
+        while True:
+            chunk = raw.read(1 << 20)
+            if not chunk:
+                if buffer:
+                    yield (bytes(buffer), False) if len(buffer) <= max_line else (None, False)
+                return
+            buffer += chunk
+            start = 0
+            while (end := buffer.find(b"\n", start)) >= 0:
+                if end - start > max_line:
+                    yield None, False
+                    return
+                with memoryview(buffer) as view:
+                    line = bytes(view[start:end + 1])
+                yield line, True
+                start = end + 1
+            del buffer[:start]
+            if len(buffer) > max_line:
+                yield None, False
+                return
+
+
 def read_journal(source: Path | int, key: hostkey.HostKey | None = None,
                  max_line: int = MAX_RECORD_BYTES) -> JournalRead:
     """Read a journal, checking every record's hash, the chain between them and, with ``key``, their MACs.
@@ -197,38 +224,33 @@ def read_journal(source: Path | int, key: hostkey.HostKey | None = None,
     prev = GENESIS
     valid = 0
     index = 0
-    with os.fdopen(fd, "rb") as handle:
-        while True:
-            raw = handle.readline(max_line + 1)
-            if not raw:
-                break
-            complete = raw.endswith(b"\n")
-            if not complete and len(raw) > max_line:
-                return JournalRead(records, False, f"journal record {index + 1} is longer than {max_line:,} bytes: "
-                                                   "the file is not a cellgate journal or was damaged", valid)
-            try:
-                record = json.loads(raw)
-                ok = isinstance(record, dict) and record.get("hash") == record_hash(record)
-            except (ValueError, UnicodeDecodeError):
-                ok = False
-            if not ok:
-                if not complete:
-                    return JournalRead(records, True, None, valid)  # a write cut short by a crash
-                return JournalRead(records, False, f"journal record {index + 1} does not match its hash: "
-                                                   "it was edited or damaged", valid)
-            if record.get("prev") != prev or record.get("seq") != len(records) + 1:
-                return JournalRead(records, not complete, f"journal record {index + 1} (seq {record.get('seq')}) "
-                                   "does not follow the one before it: a record was deleted, inserted or reordered",
-                                   valid)
-            problem = _unsigned(record, index, key)
-            if problem:
-                return JournalRead(records, not complete, problem, valid)
-            records.append(record)
-            prev = record["hash"]
-            valid += len(raw)
-            index += 1
-            if not complete:  # a whole record without its newline: the crash cut only the newline
-                return JournalRead(records[:-1], True, None, valid - len(raw))
+    for raw, complete in _lines(fd, max_line):
+        if raw is None:
+            return JournalRead(records, False, f"journal record {index + 1} is longer than {max_line:,} bytes: "
+                                               "the file is not a cellgate journal or was damaged", valid)
+        try:
+            record = json.loads(raw)
+            ok = isinstance(record, dict) and record.get("hash") == record_hash(record)
+        except (ValueError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            if not complete:
+                return JournalRead(records, True, None, valid)  # a write cut short by a crash
+            return JournalRead(records, False, f"journal record {index + 1} does not match its hash: "
+                                               "it was edited or damaged", valid)
+        if record.get("prev") != prev or record.get("seq") != len(records) + 1:
+            return JournalRead(records, not complete, f"journal record {index + 1} (seq {record.get('seq')}) "
+                               "does not follow the one before it: a record was deleted, inserted or reordered",
+                               valid)
+        problem = _unsigned(record, index, key)
+        if problem:
+            return JournalRead(records, not complete, problem, valid)
+        if not complete:  # a whole record without its newline: the crash cut only the newline
+            return JournalRead(records, True, None, valid)
+        records.append(record)
+        prev = record["hash"]
+        valid += len(raw)
+        index += 1
     return JournalRead(records, False, None, valid)
 
 

@@ -453,6 +453,10 @@ class Recorder:
 def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, list[str]]:
     """`cellgate recover`: render the notebook from a journal after any crash."""
     found = read_journal(journal)
+    if found.problem and not found.records:
+        from .errors import ConfigError
+
+        raise ConfigError(f"{journal}: no readable journal record: {found.problem}; nothing to recover")
     notes = []
     if found.torn_tail:
         notes.append("the last journal record was cut short by the crash and was ignored")
