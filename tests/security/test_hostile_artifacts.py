@@ -320,8 +320,11 @@ def test_H11_a_hostile_journal_file_gets_a_clear_error_in_bounded_memory(run: Ru
     done = bounded(cli("verify", str(run.notebook), timeout=120))
     assert done.returncode == 1 and expected in done.stderr, done.stderr
     done = bounded(cli("recover", str(run.journal), "-o", str(run.folder / "again.ipynb"), timeout=120))
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert ("not a regular file" in done.stderr or "longer than" in done.stderr), done.stderr
+    if attack is _sparse:  # the records before the damage are recovered; the damage is named
+        assert done.returncode == 0 and "stopped at a damaged record: journal record 20 is longer than" \
+            in done.stderr, done.stdout + done.stderr
+    else:
+        assert done.returncode == 2 and "not a regular file" in done.stderr, done.stdout + done.stderr
 
 
 # ---------------------------------------------------------------- H12: verify completeness and keyed integrity

@@ -29,7 +29,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-MAX_BLOB_BYTES = 256 << 20  # a result blob is never read past this, whatever the recording says
+MAX_BLOB_BYTES = 64 << 20  # a result blob is never read past this, whatever the recording says
 MAX_NOTEBOOK_BYTES = 1 << 30
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -102,12 +102,12 @@ def open_confined(folder: Path, name: object, what: str) -> int:
             os.close(current)
 
 
-def read_capped(fd: int, cap: int, named: str) -> bytes:
+def read_capped(fd: int, cap: int, named: str, why: str = "refusing to read it") -> bytes:
     """All of ``fd`` (closed afterwards), refused if it holds more than ``cap`` bytes."""
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(cap + 1)
     if len(data) > cap:
-        raise ArtifactError(f"{named} is larger than {cap:,} bytes; refusing to read it")
+        raise ArtifactError(f"{named} is larger than {cap:,} bytes, {why}")
     return data
 
 
@@ -141,7 +141,8 @@ def blob_text(folder: Path, journal_file: str, call: dict[str, Any], where: str)
     size = call.get("result_bytes")
     cap = size if isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_BLOB_BYTES \
         else MAX_BLOB_BYTES
-    data = read_capped(open_confined(folder, name, what), cap, f"{what} {name!r}")
+    data = read_capped(open_confined(folder, name, what), cap, f"{what} {name!r}",
+                       "its recorded size: it was replaced or damaged" if cap == size else "refusing to read it")
     if size != len(data):
         raise ArtifactError(f"{what} {name!r} has {len(data):,} bytes, the recording says {size!r}; "
                             "it was replaced or damaged")
