@@ -272,6 +272,21 @@ def test_H11_replay_refuses_blob_names_outside_the_runs_blobs(run: Run, name: st
     assert "cell 1, call #1 (ledger)" in done.stderr and "cell 1:" not in done.stdout
 
 
+def _calls_not_a_list(nb: dict) -> None:
+    nb["cells"][0]["metadata"]["cellgate"]["calls"] = "everything"
+
+
+def _call_without_seq(nb: dict) -> None:
+    del nb["cells"][0]["metadata"]["cellgate"]["calls"][0]["seq"]
+
+
+@pytest.mark.parametrize("damage", [_calls_not_a_list, _call_without_seq])
+def test_H11_malformed_call_metadata_is_a_clear_error_not_a_crash(run: Run, damage) -> None:
+    run.edit_notebook(damage)
+    done = bounded(cli("replay", str(run.notebook), timeout=120))
+    assert done.returncode == 2 and "cell 1's metadata.cellgate is malformed" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(("attack", "expected"), [
     (_symlink_to("/dev/zero"), "is a symlink or not a folder"),
     (_symlink_to("/etc/hostname"), "is a symlink or not a folder"),

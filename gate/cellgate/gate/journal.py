@@ -64,7 +64,8 @@ def _canonical(body: dict[str, Any]) -> str:
 
 def record_hash(record: dict[str, Any]) -> str:
     """sha256 of the record's canonical JSON without its ``hash`` and ``mac`` fields."""
-    return hashlib.sha256(_canonical({k: v for k, v in record.items() if k not in ("hash", "mac")}).encode()).hexdigest()
+    body = {k: v for k, v in record.items() if k not in ("hash", "mac")}
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 def record_mac(key: hostkey.HostKey, record_hash_hex: str) -> str:

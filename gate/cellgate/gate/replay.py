@@ -24,6 +24,7 @@ from typing import Any
 
 from .artifacts import ArtifactError, blob_value
 from .audit import journal_of, load_notebook
+from .errors import ConfigError
 from .gate import CallContext, CallFailed, CallRecord, Gate
 from .protocol import CallRequest
 from .replay_trust import live_tools, operator_settings
@@ -66,17 +67,32 @@ def load_recording(path: Path) -> tuple[Any, list[RecordedCell]]:
     cells = []
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     for number, cell in enumerate(code_cells, start=1):
-        meta = cell.metadata.get("cellgate", {})
-        calls = []
-        for c in sorted(meta.get("calls", []), key=lambda c: c["seq"]):
-            where = f"cell {number}, call #{c.get('seq')} ({c.get('tool')})"
-            calls.append(RecordedCall(tool=c["tool"], args=c.get("args"), args_sha256=c.get("args_sha256", ""),
-                                      ok=bool(c.get("ok")),
-                                      result=_result(c, path.parent, journal_file, where) if c.get("ok") else None,
-                                      error=c.get("error")))
-        cells.append(RecordedCell(source=cell.source, status=str(meta.get("status")), error=meta.get("error"),
-                                  calls=calls))
+        try:
+            cells.append(_recorded_cell(cell, number, path.parent, journal_file))
+        except ConfigError:  # an ArtifactError, already naming the call
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"{path}: cell {number}'s metadata.cellgate is malformed ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); the notebook is damaged or forged: check it with "
+                              "`cellgate verify`") from None
     return nb, cells
+
+
+def _recorded_cell(cell: Any, number: int, folder: Path, journal_file: str) -> RecordedCell:
+    meta = cell.metadata.get("cellgate", {})
+    calls = []
+    for c in sorted(meta.get("calls", []), key=lambda c: int(c["seq"])):
+        where = f"cell {number}, call #{c.get('seq')} ({c.get('tool')})"
+        calls.append(RecordedCall(tool=str(c["tool"]), args=c.get("args"), args_sha256=str(c.get("args_sha256", "")),
+                                  ok=bool(c.get("ok")),
+                                  result=_result(c, folder, journal_file, where) if c.get("ok") else None,
+                                  error=_error(c.get("error"))))
+    return RecordedCell(source=str(cell.source), status=str(meta.get("status")), error=_error(meta.get("error")),
+                        calls=calls)
+
+
+def _error(value: Any) -> dict[str, str] | None:
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _replayed_only(name: str) -> Any:

@@ -66,7 +66,8 @@ def _differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
     for name in changed:
         out.append(f"parameter {name!r}: recorded {want_props[name]}, live {have_props[name]}")
     if sorted(want.get("required") or []) != sorted(have.get("required") or []):
-        out.append(f"required: recorded {sorted(want.get('required') or [])}, live {sorted(have.get('required') or [])}")
+        out.append(f"required: recorded {sorted(want.get('required') or [])}, "
+                   f"live {sorted(have.get('required') or [])}")
     rest = {k for k in set(want) | set(have) if k not in ("properties", "required") and want.get(k) != have.get(k)}
     if rest:
         out.append(f"schema keys differ: {', '.join(sorted(rest))}")

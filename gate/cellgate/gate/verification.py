@@ -70,7 +70,8 @@ def _compare(expected: Any, nb: Any) -> list[str]:
     return []
 
 
-def _check_blobs(folder: Path, journal_file: str, records: list[dict[str, Any]], reducer: Reducer) -> tuple[int, list[str]]:
+def _check_blobs(folder: Path, journal_file: str, records: list[dict[str, Any]],
+                 reducer: Reducer) -> tuple[int, list[str]]:
     cells = {cell.msg_id: index for index, cell in enumerate([c for c in reducer.cells if c.status is not None],
                                                               start=1)}
     checked, problems = 0, []
