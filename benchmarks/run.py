@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from jupyter_client import AsyncKernelManager
 
-from cellgate.gate import Pool, Session, provisioner, recorder
+from cellgate.gate import Pool, Session, hostkey, provisioner, recorder
 from cellgate.gate.journal import GENESIS, Journal
 from cellgate.gate.runsc import find as find_runsc
 from cellgate.gate.snapshot import discard
@@ -193,6 +193,7 @@ class MemoryJournal(UnsyncedJournal):
 
     def __init__(self, path: Path) -> None:
         self.path, self.broken, self.seq, self.head, self.synced = path, None, 0, GENESIS, 0
+        self.key = hostkey.load()  # records are still MAC'd: that is part of what recording costs
         self._lock = threading.Lock()
         self._file = io.StringIO()
 

@@ -9,7 +9,6 @@ import re
 import secrets
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +23,23 @@ from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The suite's own host key (secret digests, keyed audit records), never the user's; the CLI
-# subprocesses the tests start inherit it.
-os.environ.setdefault("CELLGATE_HOST_KEY", str(Path(tempfile.mkdtemp(prefix="cellgate-test-key-")) / "host.key"))
 SAMPLE_TOOLS = ROOT / "tests" / "tools" / "sample_tools.py"
 NORTHWIND = ROOT / "examples" / "northwind"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test (and every CLI it starts) signs with a key of its own, never the user's real one."""
+    folder = tmp_path_factory.mktemp("hostkey")
+    folder.chmod(0o700)
+    path = folder / "host.key"
+    before = os.environ.get("CELLGATE_HOST_KEY")
+    os.environ["CELLGATE_HOST_KEY"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("CELLGATE_HOST_KEY", None)
+    else:
+        os.environ["CELLGATE_HOST_KEY"] = before
 
 
 @pytest.fixture(scope="session")

@@ -56,8 +56,8 @@ def test_replay_answers_from_the_recording_and_reproduces_the_failure(recorded) 
 
 def test_live_tools_make_exactly_the_expected_live_calls(recorded) -> None:
     notebook, count = recorded
-    done = cellgate("replay", str(notebook), "--live", "ledger", "--notebook", str(notebook.with_name("live.ipynb")),
-                    count=count)
+    done = cellgate("replay", str(notebook), "--live", "ledger", "--tools", str(COUNTED),
+                    "--notebook", str(notebook.with_name("live.ipynb")), count=count)
     assert done.returncode == 0 and "live calls: 1" in done.stdout
     assert count.read_text().splitlines() == ["ledger"]
 
@@ -123,7 +123,7 @@ def test_replay_stops_at_the_failed_cell_and_runs_none_after_it(tmp_path: Path, 
     assert count.read_text().splitlines() == ["1", "3"]
     count.write_text("")
     # With charge live, any cell replayed after the failure would show in the count.
-    done = cellgate("replay", str(notebook), "--live", "charge", count=count)
+    done = cellgate("replay", str(notebook), "--live", "charge", "--tools", str(COUNTED), count=count)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[:3] == [
         "cell 1: recorded ok, replayed ok", "cell 2: recorded error, replayed error",

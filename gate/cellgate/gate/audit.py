@@ -1,8 +1,7 @@
-"""Reading a run: verify it against its journal, summarise it in the terminal."""
+"""Reading a run: load its notebook safely, summarise it in the terminal (verification: ``verification``)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,65 +11,27 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
 from .errors import ConfigError
-from .journal import read_journal
-from .recorder import Reducer
 from .terminal import reveal
 
 
 def load_notebook(path: Path) -> Any:
+    """An audit notebook the operator named: a regular file, read with a cap, with cellgate metadata."""
     try:
-        nb = nbformat.read(path, as_version=4)
-    except (OSError, ValueError) as exc:
+        text = read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}")
+        nb = nbformat.reads(text.decode("utf-8"), as_version=4)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not a notebook, not UTF-8
         raise ConfigError(f"{path}: not a readable notebook: {exc}; is it a cellgate audit notebook?") from None
-    if "cellgate" not in nb.metadata:
+    if not isinstance(nb.metadata.get("cellgate"), dict):
         raise ConfigError(f"{path}: has no cellgate metadata; it is not a cellgate audit notebook")
     return nb
 
 
-def journal_of(path: Path, nb: Any) -> Path:
-    name = (nb.metadata.cellgate.get("journal") or {}).get("file")
-    if not name:
-        raise ConfigError(f"{path}: its metadata names no journal")
-    return path.parent / name
-
-
-def _comparable(cell: Any) -> dict[str, Any]:
-    return {"source": cell.source, "outputs": cell.get("outputs", []), "execution_count": cell.get("execution_count"),
-            "cellgate": cell.metadata.get("cellgate")}
-
-
-def verify(path: Path) -> list[str]:
-    """Problems found (empty when the notebook matches its intact journal)."""
-    nb = load_notebook(path)
-    journal = journal_of(path, nb)
-    if not journal.exists():
-        return [f"the journal {journal.name} is missing"]
-    found = read_journal(journal)
-    if found.problem:
-        return [found.problem]
-    head = nb.metadata.cellgate.journal
-    reducer = Reducer()
-    for record in found.records:
-        reducer.apply(record)
-        if record["seq"] == head.get("seq"):
-            break
-    if reducer.head != {"seq": head.get("seq"), "hash": head.get("hash")}:
-        return [f"the notebook names journal record {head.get('seq')} with hash {str(head.get('hash'))[:16]}…, "
-                "which the journal does not have: the notebook or the journal was replaced"]
-    expected = nbformat.reads(nbformat.writes(reducer.notebook(journal.name)), as_version=4)
-    if json.dumps(expected.metadata.cellgate, sort_keys=True) != json.dumps(nb.metadata.cellgate, sort_keys=True):
-        return ["the notebook's metadata differs from the journal"]
-    if len(expected.cells) != len(nb.cells):
-        return [f"the notebook has {len(nb.cells)} cells, the journal {len(expected.cells)}"]
-    for index, (want, have) in enumerate(zip(expected.cells, nb.cells), start=1):
-        want_parts, have_parts = _comparable(want), _comparable(have)
-        for part in ("source", "outputs", "execution_count", "cellgate"):
-            if json.dumps(want_parts[part], sort_keys=True) != json.dumps(have_parts[part], sort_keys=True):
-                what = "calls" if part == "cellgate" and want_parts[part].get("calls") != have_parts[part].get("calls") \
-                    else part
-                return [f"cell {index} differs from the journal in its {what}"]
-    return []
+def journal_of(path: Path, nb: Any) -> str:
+    """The journal's file name, checked to be a plain ``<name>.journal.jsonl`` beside the notebook."""
+    journal = nb.metadata.cellgate.get("journal")
+    return journal_name(journal.get("file") if isinstance(journal, dict) else None, path)
 
 
 def _duration(cell: Any) -> str:

@@ -214,7 +214,7 @@ def _add_audit(sub: Any) -> None:
         from .recorder import rebuild
 
         journal = Path(a.journal)
-        if not journal.is_file():
+        if not journal.exists() and not journal.is_symlink():  # anything else: refused with its kind when read
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
         from .approval import withdraw_orphans
@@ -233,14 +233,16 @@ def _add_audit(sub: Any) -> None:
     verify.add_argument("notebook")
 
     def run_verify(a: argparse.Namespace) -> int:
-        from .audit import verify as check
+        from .verification import check_run
 
-        problems = check(Path(a.notebook))
-        if problems:
-            for problem in problems:
+        result = check_run(Path(a.notebook))
+        if result.problems:
+            for problem in result.problems:
                 say(err, ("FAILED:", "bold red"), f" {problem}")
             return 1
-        print(f"verified: {a.notebook} matches its journal and the hash chain is intact")
+        print(clean(f"verified: {a.notebook} matches its journal and the hash chain is intact; all {result.records} "
+                    f"records are signed with this host's key {result.key_id}; {result.blobs} result blob(s) match "
+                    "their sha256"))
         return 0
 
     verify.set_defaults(run=run_verify)
@@ -277,7 +279,13 @@ def _add_replay(sub: Any) -> None:
     p.add_argument("--interactive", action="store_true",
                    help="leave the kernel running where replay stops, for a person to attach to")
     p.add_argument("--notebook", dest="output", help="where to write the replay's own notebook")
-    p.add_argument("--config", help="cellgate.toml for the sandbox and the policy of --live tools")
+    p.add_argument("--config", help="cellgate.toml for the sandbox, the policy and the --live tools (default: "
+                   "$CELLGATE_CONFIG, then ./cellgate.toml unless it is in the notebook's folder)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py",
+                   help="modules that define the --live tools (paths in the recording are never imported)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="allow isolation = \"none\" from your config: the recording's cells then run on this "
+                        "host WITHOUT gVisor")
 
     def run(a: argparse.Namespace) -> int:
         import signal
@@ -293,7 +301,9 @@ def _add_replay(sub: Any) -> None:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
             outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
-                                   say=lambda line: print(clean(line), flush=True))
+                                   say=lambda line: print(clean(line), flush=True), tools=a.tools,
+                                   unsafe_no_sandbox=a.unsafe_no_sandbox,
+                                   note=lambda line: say(err, ("note:", "yellow"), f" {line}"))
             return 0 if outcome.failed_cell is None or outcome.reproduced else 1
 
         return asyncio.run(go())
@@ -320,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as exc:
         say(err, ("error:", "bold red"), f" {exc}")
         return 3
-    except CellgateError as exc:  # may quote a notebook, a journal or a file name: never markup
+    except CellgateError as exc:  # may quote a notebook, a journal, a file name or "[sandbox]": never markup
         say(err, ("error:", "bold red"), f" {exc}")
         return 2
     except KeyboardInterrupt:

@@ -41,7 +41,7 @@ from .versions import versions
 
 
 def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:
-    settings = load_settings(find_config(options.get("config"), cwd), cwd)
+    settings = options.get("settings") or load_settings(find_config(options.get("config"), cwd), cwd)
     sandbox_overrides = {k: v for k, v in (options.get("sandbox") or {}).items() if v is not None}
     if sandbox_overrides:
         try:  # validated like the file's own [sandbox] table

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, output_from_msg
+from nbformat.v4 import new_markdown_cell, new_notebook, output_from_msg
 from nbformat.v4.rwbase import split_lines
 
 from .faults import failpoint
 from .gate import CallRecord, canonical_json
-from .journal import Journal, JournalError, json_safe, read_journal
+from .journal import Journal, JournalError, integrity, json_safe, read_journal
 from .sanitize import sanitize_output
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
@@ -322,7 +322,8 @@ class Recorder:
         self._cell_text: dict[int, tuple[int, str]] = {}
         self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
-        self.metadata = session_metadata
+        # The key that signs the journal is named in it (and so in the notebook), for `cellgate verify`.
+        self.metadata = session_metadata = {**session_metadata, "integrity": integrity(self.journal.key)}
         # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
         self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
         self._write("session-started", sync=True, metadata=session_metadata)
@@ -471,6 +472,10 @@ class Recorder:
 def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, list[str]]:
     """`cellgate recover`: render the notebook from a journal after any crash."""
     found = read_journal(journal)
+    if found.problem and not found.records:
+        from .errors import ConfigError
+
+        raise ConfigError(f"{journal}: no readable journal record: {found.problem}; nothing to recover")
     notes = []
     if found.torn_tail:
         notes.append("the last journal record was cut short by the crash and was ignored")
@@ -478,14 +483,19 @@ def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, lis
         notes.append(f"stopped at a damaged record: {found.problem}")
     else:
         # The recovery is itself a journal record, so the rebuilt notebook verifies.
-        writer = Journal(journal)
-        writer.append("recovered", sync=True, notes=notes)
-        writer.close()
-        found = read_journal(journal)
+        try:
+            writer = Journal(journal)
+        except JournalError as exc:  # signed with another host's key, or unsigned: render it, append nothing
+            notes.append(f"no recovery record was appended: {exc}")
+            writer = None
+        if writer is not None:
+            writer.append("recovered", sync=True, notes=notes)
+            writer.close()
+            found = read_journal(journal)
     reducer = Reducer()
     for record in found.records:
         reducer.apply(record)
-    if found.problem:
+    if found.problem or not found.records or found.records[-1]["event"] != "recovered":
         reducer.crash_ending()
     target = notebook or journal.with_name(journal.name.removesuffix(".journal.jsonl") + ".ipynb")
     nb = reducer.notebook(journal.name)

@@ -1,7 +1,10 @@
 """`cellgate replay`: rerun a recorded run with the recorded tool results.
 
 A fresh sandboxed kernel gets the recorded tool set (stubs from the recorded
-manifest) and re-executes the recorded cells in order. ``ReplayGate``
+manifest) and re-executes the recorded cells in order. The recording is
+untrusted input: the sandbox settings, policy and live tools are the
+operator's (``replay_trust``), and recorded results are read only from the
+run's own blobs after their size and sha256 check out (``artifacts``). ``ReplayGate``
 answers each call from the recording, matched by order, tool and argument
 digest; a call that differs raises ``ReplayDivergence`` in the cell, naming
 the cell, the call and both argument sets. No call reaches a real tool unless
@@ -14,14 +17,18 @@ same gate and recorder, for a person to attach to.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .audit import load_notebook
+from .artifacts import ArtifactError, blob_value
+from .audit import journal_of, load_notebook
+from .errors import ConfigError
 from .gate import CallContext, CallFailed, CallRecord, Gate
 from .protocol import CallRequest
-from .tools import Tool, ToolRegistry, load_module, tools_from_module
+from .replay_trust import live_tools, operator_settings
+from .tools import Tool, ToolRegistry
 
 
 @dataclass
@@ -43,29 +50,49 @@ class RecordedCell:
     calls: list[RecordedCall] = field(default_factory=list)
 
 
-def _result(call: dict[str, Any], folder: Path) -> Any:
+def _result(call: dict[str, Any], folder: Path, journal_file: str, where: str) -> Any:
     if "result" in call:
         return call["result"]
-    blob = call.get("result_blob")
-    if blob:
-        return json.loads((folder / blob).read_text())
+    if call.get("result_blob"):
+        try:  # only the run's own blob, a regular file of the recorded size and sha256
+            return blob_value(folder, journal_file, call, where)
+        except ArtifactError as exc:
+            raise ArtifactError(f"{exc}; replay refuses to answer from it") from None
     return None
 
 
 def load_recording(path: Path) -> tuple[Any, list[RecordedCell]]:
     nb = load_notebook(path)
+    journal_file = journal_of(path, nb)
     cells = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("cellgate", {})
-        calls = [RecordedCall(tool=c["tool"], args=c.get("args"), args_sha256=c.get("args_sha256", ""),
-                              ok=bool(c.get("ok")), result=_result(c, path.parent) if c.get("ok") else None,
-                              error=c.get("error"))
-                 for c in sorted(meta.get("calls", []), key=lambda c: c["seq"])]
-        cells.append(RecordedCell(source=cell.source, status=str(meta.get("status")), error=meta.get("error"),
-                                  calls=calls))
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, start=1):
+        try:
+            cells.append(_recorded_cell(cell, number, path.parent, journal_file))
+        except ConfigError:  # an ArtifactError, already naming the call
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"{path}: cell {number}'s metadata.cellgate is malformed ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); the notebook is damaged or forged: check it with "
+                              "`cellgate verify`") from None
     return nb, cells
+
+
+def _recorded_cell(cell: Any, number: int, folder: Path, journal_file: str) -> RecordedCell:
+    meta = cell.metadata.get("cellgate", {})
+    calls = []
+    for c in sorted(meta.get("calls", []), key=lambda c: int(c["seq"])):
+        where = f"cell {number}, call #{c.get('seq')} ({c.get('tool')})"
+        calls.append(RecordedCall(tool=str(c["tool"]), args=c.get("args"), args_sha256=str(c.get("args_sha256", "")),
+                                  ok=bool(c.get("ok")),
+                                  result=_result(c, folder, journal_file, where) if c.get("ok") else None,
+                                  error=_error(c.get("error"))))
+    return RecordedCell(source=str(cell.source), status=str(meta.get("status")), error=_error(meta.get("error")),
+                        calls=calls)
+
+
+def _error(value: Any) -> dict[str, str] | None:
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _replayed_only(name: str) -> Any:
@@ -75,36 +102,21 @@ def _replayed_only(name: str) -> Any:
     return not_live
 
 
-def recorded_registry(nb: Any, live: set[str]) -> ToolRegistry:
-    """The recorded tool set; live tools get their real functions from the recorded sources."""
+def recorded_registry(nb: Any, real: dict[str, Tool]) -> ToolRegistry:
+    """The recorded tool set; the ``real`` (live) ones are the operator's own tools, never a recorded path."""
     tools_meta = nb.metadata.cellgate.get("tools", {})
-    real: dict[str, Tool] = {}
-    if live:
-        for source in tools_meta.get("sources", []):
-            if Path(source).is_file():
-                for tool in tools_from_module(load_module(source), source=source):
-                    real[tool.name] = tool
-        missing = live - set(real)
-        if missing:
-            from .errors import ConfigError
-
-            raise ConfigError(f"--live {', '.join(sorted(missing))}: no recorded tool source defines "
-                              f"{'it' if len(missing) == 1 else 'them'} (sources: {tools_meta.get('sources')})")
     registry = ToolRegistry()
     for entry in tools_meta.get("manifest", []):
         name = entry["name"]
+        if name in real:
+            registry.add(real[name])
+            continue
         parameters = dict(entry["parameters"])
         properties = parameters.get("properties") or {}
         order = [n for n in entry.get("order", []) if n in properties]
         parameters["properties"] = {n: properties[n] for n in [*order, *(p for p in properties if p not in order)]}
-        entry = {**entry, "parameters": parameters}
-        if name in live:
-            registry.add(Tool(name, entry.get("description", ""), entry["parameters"], real[name].function,
-                              source=real[name].source, default_decision="allow",
-                              accepts_idempotency_key=real[name].accepts_idempotency_key))
-        else:
-            registry.add(Tool(name, entry.get("description", ""), entry["parameters"], _replayed_only(name),
-                              source="recording", default_decision="allow"))
+        registry.add(Tool(name, entry.get("description", ""), parameters, _replayed_only(name),
+                          source="recording", default_decision="allow"))
     return registry
 
 
@@ -179,22 +191,35 @@ def same_failure(recorded: RecordedCell, status: str, error: dict[str, str] | No
 
 
 async def replay(path: Path, live: set[str], output: Path, config: str | None = None,
-                 interactive: bool = False, stop: Any = None, say: Any = print) -> ReplayOutcome:
-    """Re-execute a recorded run; with ``interactive`` keep the kernel until ``stop`` is set."""
+                 interactive: bool = False, stop: Any = None, say: Any = print, *, tools: Sequence[str | Path] = (),
+                 unsafe_no_sandbox: bool = False, note: Any = None) -> ReplayOutcome:
+    """Re-execute a recorded run; with ``interactive`` keep the kernel until ``stop`` is set.
+
+    Settings, policy and live tools are the operator's (``replay_trust``);
+    ``note`` gets what the operator should know before the cells run.
+    """
     from functools import partial
 
     from .session import Session
 
+    note = note or say
+    settings, config_file = operator_settings(path, config, unsafe_no_sandbox, note)
     nb, cells = load_recording(path)
-    registry = recorded_registry(nb, live)
     meta = nb.metadata.cellgate
+    real, differences = live_tools(settings, tools, live, meta.get("tools", {}).get("manifest", []), config_file)
+    for line in differences:
+        note(line)
+    registry = recorded_registry(nb, real)
     origin = {"replay_of": {"notebook": str(path.resolve()), "session_id": meta.get("session_id"),
-                            "journal": meta.get("journal"), "live": sorted(live)}}
+                            "journal": meta.get("journal"), "live": sorted(live),
+                            "config": str(config_file) if config_file else None,
+                            "live_differences": differences}}
     factory = partial(ReplayGate, recording=cells, live=live)
     lines: list[str] = []
     failed_at, reproduced = None, None
-    session = Session(config=config, notebook=output, registry=registry, gate_factory=factory, metadata=origin,
-                      cwd=str(path.parent))
+    # The operator's settings are handed over whole: nothing is looked up again from a working directory.
+    session = Session(settings=settings, tools=list(tools), notebook=output, registry=registry,
+                      gate_factory=factory, metadata=origin)
     await session.start()
     try:
         gate = session.provisioner.service.gate  # type: ignore[union-attr]

@@ -108,9 +108,11 @@ class Session:
         registry: Any = None,
         gate_factory: Any = None,
         metadata: dict[str, Any] | None = None,
+        settings: Any = None,
         **sandbox: Any,
     ) -> None:
         self._options = {
+            "settings": settings,  # a parsed Settings, used as is (replay: the operator's, looked up once)
             "approver": approver,
             "registry": registry,
             "gate_factory": gate_factory,
