@@ -39,15 +39,18 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], seconds: float, what: str, every: float = 0.2) -> T:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``seconds``."""
+def wait_for(condition: Callable[[], T], seconds: float, what: str, every: float = 0.2,
+             show: Callable[[], object] | None = None) -> T:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``seconds``
+    (with ``show()``, or the condition's last value, as what was seen)."""
     deadline = time.monotonic() + seconds
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what} (last seen: {value!r})")
+            seen = show() if show else value
+            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what} (last seen: {seen!r})")
         time.sleep(every)
 
 
@@ -155,6 +158,9 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
     ]
+    # Terminals run a shell that reads no dotfiles: the user's own may take seconds to start under load.
+    (folders["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"terminado_settings": {"shell_command": ["/bin/bash", "--norc", "--noprofile"]}}}))
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=root, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, **{k: str(v) for k, v in folders.items()}, **env},
