@@ -1,4 +1,4 @@
-"""Fixtures for the browser tests: one JupyterLab server per module, a fresh Chromium per test."""
+"""Fixtures for the browser tests: one JupyterLab server for all of them, a fresh Chromium per test."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ def install_kernelspecs(prefix: Path) -> Path:
     return kernels
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(runsc: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A real JupyterLab with the cellgate and python3 kernels, terminals on, audit notebooks outside its root.
+    """One real JupyterLab for every browser test: the cellgate and python3 kernels, terminals on,
+    the kernel's audit notebooks outside its root. Tests shut down the kernels they start.
 
     Teardown shuts every kernel down through the API before stopping the server,
-    so no gVisor sandbox outlives the module (tests/conftest.py fails a run that leaks one).
+    so no gVisor sandbox outlives the run (tests/conftest.py fails a run that leaks one).
     """
     base = tmp_path_factory.mktemp("lab")
     jupyter_path = install_kernelspecs(base / "prefix")

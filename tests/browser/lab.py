@@ -93,9 +93,6 @@ class Lab:
             text = response.read()
         return json.loads(text) if text else None
 
-    def page(self, path: str) -> str:
-        return f"{self.url}{path}?token={self.token}"
-
     def put_notebook(self, name: str, notebook: dict[str, Any]) -> None:
         self.api("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": notebook})
 
@@ -222,7 +219,8 @@ def find(driver: WebDriver, css: str) -> list[WebElement]:
 
 def open_notebook(driver: WebDriver, lab: Lab, name: str, seconds: float = 120) -> dict[str, Any]:
     """Open ``name`` in JupyterLab as a user would and wait until its kernel is idle; return the kernel model."""
-    driver.get(lab.page(f"/lab/tree/{name}"))
+    # ?reset: a fresh workspace, so no tab an earlier test left open is restored (nor its kernel started).
+    driver.get(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")
     wait_for(lambda: find(driver, ".jp-NotebookPanel .jp-Cell"), 60, f"JupyterLab to show the cells of {name}")
 
     def idle() -> dict[str, Any] | None:

@@ -81,6 +81,11 @@ def payload_notebook(canary: Path, kernel: str) -> dict[str, Any]:
     return dict(nb)
 
 
+def files(root: Path) -> set[str]:
+    """Every path under the server's root, but JupyterLab's own checkpoints."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if ".ipynb_checkpoints" not in p.parts}
+
+
 def effects(lab: Lab, canary: Path) -> dict[str, list[str]]:
     """For each payload, which of its effects happened: a file written through the API, a terminal, a host file."""
     terminals = set(lab.terminals())
@@ -98,8 +103,9 @@ def test_payload_outputs_reach_the_server_only_from_the_plain_kernel(
     assert not any(effects(lab, canary).values()) and not lab.terminals()
     name = f"payloads-{kernel}.ipynb"
     lab.put_notebook(name, payload_notebook(canary, kernel))
+    before = files(lab.root)
     try:
-        open_notebook(browser, lab, name)
+        assert open_notebook(browser, lab, name)["name"] == kernel
         started = time.monotonic()
         menu_command(browser, "Run", "runmenu:run-all")
         # Every cell ran and every output reached the page (inert or not): the last cell's print and the
@@ -122,6 +128,7 @@ def test_payload_outputs_reach_the_server_only_from_the_plain_kernel(
             seen = settled(lambda: effects(lab, canary), quiet=5, seconds=60)
             ran = {case: what for case, what in seen.items() if what}
             assert not ran, f"payload scripts ran in JupyterLab from the cellgate kernel's outputs: {ran}"
+            assert files(lab.root) - before <= {name}, "files appeared in the server's root"
         print(f"{kernel}: payload cells ran and were checked in {time.monotonic() - started:.1f}s")
     finally:
         with contextlib.suppress(AssertionError):  # a failing run's stragglers land before the next test starts

@@ -22,7 +22,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from browser.lab import Lab, find, open_notebook, wait_for
+from browser.lab import Lab, find, open_notebook, output_texts, wait_for
 from conftest import SAMPLE_TOOLS
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.browser]
@@ -63,12 +63,16 @@ def test_a_notebook_opened_and_saved_in_jupyterlab_still_verifies(
     assert done.returncode == 0, done.stderr
     recorded = notebook.read_text()
 
-    open_notebook(browser, lab, notebook.name)  # as a reviewer would: its kernel starts, language_info arrives
-    wait_for(lambda: find(browser, ".jp-NotebookPanel .jp-Cell .jp-OutputArea-output"), 30, "the recorded output")
-    find(browser, ".jp-NotebookPanel .jp-Cell")[0].click()
-    ActionChains(browser).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
-    saved = wait_for(lambda: notebook.read_text() != recorded and notebook.read_text(), 60,
-                     "JupyterLab to save the notebook")
+    try:
+        # As a reviewer would: open it (its kernel starts, language_info arrives), look, press Ctrl+S.
+        assert open_notebook(browser, lab, notebook.name)["name"] == "cellgate"
+        wait_for(lambda: "total 42" in output_texts(browser), 30, "the recorded output on screen")
+        find(browser, ".jp-NotebookPanel .jp-Cell")[0].click()
+        ActionChains(browser).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+        saved = wait_for(lambda: notebook.read_text() != recorded and notebook.read_text(), 60,
+                         "JupyterLab to save the notebook")
+    finally:
+        lab.shutdown_kernels()
     assert json.loads(saved)["metadata"]["language_info"].get("version"), "saved before the kernel's info arrived"
     changes = list(differences(json.loads(recorded), json.loads(saved)))
     print(f"JupyterLab's save rewrote the file; {len(changes)} JSON-level changes besides layout:\n"
