@@ -60,15 +60,22 @@ def bundles(canary: Path) -> dict[str, dict[str, str]]:
     def attr(case: str) -> str:
         return html.escape(js(case), quote=True)
 
+    frame = f"<script>{js('iframe-srcdoc')}</script>"
+
+    def img(case: str) -> str:
+        return f'<img src="missing-image.png" onerror="this.onerror=null;{attr(case)}">'
+
     return {
         "javascript-output": {"application/javascript": js("javascript-output")},
         "script-tag": {"text/html": f"<b>report</b><script>{js('script-tag')}</script>"},
-        "img-onerror": {"text/html": f'<img src="missing-image.png" onerror="this.onerror=null;{attr("img-onerror")}">'},
-        "markdown-html": {"text/markdown": f'# Summary\n\n<img src="missing-image.png" onerror="this.onerror=null;{attr("markdown-html")}">'},
+        "img-onerror": {"text/html": img("img-onerror")},
+        "markdown-html": {"text/markdown": f"# Summary\n\n{img('markdown-html')}"},
+        # Inline SVG: JupyterLab shows an image/svg+xml output as an <img>, where script never runs.
         "svg-script": {"text/html": '<svg xmlns="http://www.w3.org/2000/svg" width="20" height="20">'
                                     f'<script>{js("svg-script")}</script><circle r="5" cx="10" cy="10"/></svg>'},
-        "javascript-link": {"text/html": f'<a href="javascript:{attr("javascript-link")}" target="_self">{LINK_TEXT}</a>'},
-        "iframe-srcdoc": {"text/html": f'<iframe srcdoc="{html.escape("<script>" + js("iframe-srcdoc") + "</script>")}"></iframe>'},
+        "javascript-link": {"text/html": f'<a href="javascript:{attr("javascript-link")}" target="_self">'
+                                         f"{LINK_TEXT}</a>"},
+        "iframe-srcdoc": {"text/html": f'<iframe srcdoc="{html.escape(frame)}"></iframe>'},
     }
 
 
