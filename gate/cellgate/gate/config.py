@@ -109,6 +109,28 @@ class McpConfig(_Strict):
         return servers
 
 
+class FrontendSettings(_Strict):
+    """``[frontend]``: what of a kernel's output a frontend (JupyterLab, nbclient, ...) may receive.
+
+    Outputs are sanitized by default (``cellgate.gate.sanitize``): no script reaches a frontend.
+    """
+
+    trusted_mime: list[str] = Field(default_factory=list, description=(
+        "MIME types passed to frontends exactly as the kernel sent them; whatever such a renderer can do, "
+        "the sandbox's code can do in the user's browser"))
+    allow_comms: bool = Field(False, description=(
+        "pass comms the kernel opens (ipywidgets and other custom comms) to frontends; widget views run "
+        "their models' code in the page, so the sandbox's code can then act in the user's browser"))
+
+    @field_validator("trusted_mime")
+    @classmethod
+    def _mime(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(r"^[a-zA-Z0-9]+/[a-zA-Z0-9.+-]+$", name):
+                raise ValueError(f"{name!r} is not a MIME type (like application/vnd.plotly.v1+json)")
+        return names
+
+
 class AuditConfig(_Strict):
     dir: str = "cellgate-runs"
 
@@ -117,6 +139,7 @@ class Settings(_Strict):
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
+    frontend: FrontendSettings = FrontendSettings()
     agent: AgentSettings = AgentSettings()
     mcp: McpConfig = McpConfig()
     policy: Policy = Policy()

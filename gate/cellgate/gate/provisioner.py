@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import secrets
 import signal
 import uuid
 from dataclasses import replace
@@ -134,6 +135,9 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
                           f"mcp:{name} ({'stdio' if server.command else 'streamable HTTP'})"
                           for name, server in settings.mcp.servers.items()]},
             "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
+            # Read back by the Reducer: the notebook shows outputs as sanitized under these settings.
+            "frontend": {"outputs": "sanitized", "trusted_mime": list(settings.frontend.trusted_mime),
+                         "allow_comms": settings.frontend.allow_comms},
             **(options.get("metadata") or {}),
         }
         self.recorder = Recorder(notebook_path, metadata)
@@ -149,6 +153,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
             output_limit=box.output_limit_kb << 10, restricted=box.restricted,
+            trusted_mime=tuple(settings.frontend.trusted_mime), allow_comms=settings.frontend.allow_comms,
         )
         self.service.start()
 
@@ -162,9 +167,9 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             restricted=tuple(box.allowed_imports) if box.restricted else None,
             snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
         )
-        key = self.connection_info["key"]
-        key = key.decode() if isinstance(key, bytes) else key
-        sandbox = await self._start_sandbox(config, key)
+        # The kernel's own key, new for each sandbox: the frontends' key never enters the sandbox,
+        # and the relay re-signs every message between the two (relaywire).
+        sandbox = await self._start_sandbox(config, secrets.token_hex(32))
         self.service.attach(sandbox)
         self.process = sandbox.process
         self.pid = sandbox.process.pid if sandbox.process else None

@@ -31,6 +31,7 @@ from nbformat.v4.rwbase import split_lines
 from .faults import failpoint
 from .gate import CallRecord, canonical_json
 from .journal import Journal, JournalError, json_safe, read_journal
+from .sanitize import sanitize_output
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
 # code: a program the kernel ran; direct: a tool the model called on its own turn
@@ -137,6 +138,7 @@ class Reducer:
         self._serials = itertools.count(1)
         self.head: dict[str, Any] | None = None
         self.agent: dict[str, Any] | None = None  # set when an agent loop drives the session
+        self.trusted_mime: tuple[str, ...] = ()  # [frontend] trusted_mime of the run, from its metadata
 
     def _new_cell(self, msg_id: str, source: str, time: str, **fields: Any) -> CellRecord:
         cell = CellRecord(msg_id=msg_id, source=source, started=time, serial=next(self._serials), **fields)
@@ -173,6 +175,9 @@ class Reducer:
         event = record["event"]
         if event == "session-started":
             self.metadata = dict(record["metadata"])
+            frontend = self.metadata.get("frontend")
+            trusted = frontend.get("trusted_mime") if isinstance(frontend, dict) else None
+            self.trusted_mime = tuple(str(t) for t in trusted) if isinstance(trusted, list) else ()
             return None
         if event == "recovered":
             self.crash_ending()
@@ -192,8 +197,8 @@ class Reducer:
         cell.version += 1
         if event == "cell-started":
             cell.started = record["time"]
-        elif event == "output":
-            cell.add_output(record["output"])
+        elif event == "output":  # the journal keeps the kernel's output; cells hold what a frontend may see
+            cell.add_output(sanitize_output(record["output"], self.trusted_mime))
         elif event == "execute-input":
             cell.execution_count = record["execution_count"]
         elif event == "call-started":
@@ -209,7 +214,7 @@ class Reducer:
             cell.error = record.get("error")
             cell.journal = {"seq": record["seq"], "hash": record["hash"]}
         elif event == "late-output":
-            cell.late_outputs.append(nbformat.from_dict(record["output"]))
+            cell.late_outputs.append(nbformat.from_dict(sanitize_output(record["output"], self.trusted_mime)))
         elif event == "cell-aborted":
             self.cells.remove(cell)
         return cell

@@ -12,7 +12,10 @@ kernel's ipc sockets. On the way it:
   (host state; a call when no cell runs is refused) and replying on control;
 - collects each cell's outputs, enforces the wall-clock timeout (interrupt,
   grace, kill) and writes the audit notebook when the cell ends;
-- keeps its own comm traffic away from frontends.
+- keeps its own comm traffic away from frontends;
+- never forwards the kernel's frames to frontends: the kernel has its own key,
+  and every message is rebuilt, its outputs sanitized, and signed with the
+  frontends' key (``relaywire``, ``sanitize``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from .errors import SessionError
 from .gate import CallContext, Gate
 
 from .protocol import ProtocolError, batch_items, parse_call, strict_loads
+from . import relaywire
 from .journal import JournalError
 from .oom import OomWatch
 from .recorder import CellRecord, Recorder, output_dict
@@ -107,7 +111,11 @@ class GateService:
         timeouts: CellTimeouts,
         output_limit: int = 8 << 20,
         restricted: bool = False,
+        trusted_mime: tuple[str, ...] = (),
+        allow_comms: bool = False,
     ) -> None:
+        self.trusted_mime = tuple(trusted_mime)  # passed to frontends unsanitized ([frontend] trusted_mime)
+        self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
         self.output_limit = output_limit
         self.restricted = restricted
         self.front_info = front
@@ -115,7 +123,7 @@ class GateService:
         self.recorder = recorder
         self.timeouts = timeouts
         self.sandbox: Sandbox | None = None
-        self._kernel_session = _session(front["key"])
+        self._kernel_session = _session(os.urandom(32).hex())  # each sandbox's own key, set on attach
         self._front_session = _session(front["key"])
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
@@ -249,6 +257,7 @@ class GateService:
     async def _attach(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
         self._exit_expected = False
+        self._kernel_session = _session(sandbox.key)  # never the frontends' key (relaywire)
         # The kernel answers input() on stdin to the identity that sent the
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
@@ -318,6 +327,10 @@ class GateService:
             frames = await src.recv_multipart()
             if channel == "shell" and not self._tap_request(frames):
                 continue  # answered by the host (a program restricted mode refused)
+            if channel != "hb":
+                frames = self._across(frames, channel, self._front_session, self._kernel_session)
+                if frames is None:
+                    continue
             await dst.send_multipart(frames)
 
     async def _pump_to_front(self, channel: str) -> None:
@@ -328,7 +341,22 @@ class GateService:
                 self._tap_reply(frames)
             elif channel == "stdin" and not self._stdin_allowed(frames):
                 continue
+            if channel != "hb":
+                frames = self._across(frames, channel, self._kernel_session, self._front_session)
+                if frames is None:
+                    continue
             await dst.send_multipart(frames)
+
+    def _across(self, frames: list[bytes], channel: str, src: Session, dst: Session) -> list[bytes] | None:
+        """A message re-signed for the other side (a kernel's rebuilt and sanitized), or None if it is bad."""
+        try:
+            if dst is self._front_session:
+                return relaywire.reply_frames(frames, src, dst, self.trusted_mime)
+            return relaywire.resign(frames, src, dst)
+        except Exception as exc:  # hostile or malformed: dropped, journalled
+            side = "to-frontend" if dst is self._front_session else "to-kernel"
+            self.protocol_event("protocol-error", channel=f"{channel}-{side}", error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
 
     def _stdin_allowed(self, frames: list[bytes]) -> bool:
         """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
@@ -358,8 +386,22 @@ class GateService:
             except Exception as exc:  # hostile input must never stop the pump
                 self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
-            if forward:
-                await dst.send_multipart(frames)
+            out = self._iopub_out(forward) if forward is not None else None
+            if out is not None:
+                await dst.send_multipart(out)
+
+    def _iopub_out(self, msg: dict[str, Any]) -> list[bytes] | None:
+        """The frames frontends get for a kernel's IOPub message: rebuilt, sanitized, signed with their key."""
+        try:
+            out = relaywire.iopub_frames(msg, self._front_session, self.trusted_mime, self.allow_comms)
+        except Exception as exc:
+            self.protocol_event("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
+            return None
+        if out is None:
+            self.protocol_event("comm-blocked", msg_type=msg["header"].get("msg_type"),
+                                target=str(msg["content"].get("target_name", ""))[:200],
+                                note="kernel comms do not reach frontends unless [frontend] allow_comms = true")
+        return out
 
     # ---------------------------------------------------- frontend requests
     def _parse(self, session: Session, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
@@ -478,15 +520,17 @@ class GateService:
             self._finish_head()
 
     # ------------------------------------------------------------- iopub
-    def _on_iopub(self, frames: list[bytes]) -> bool:
-        """Handle one IOPub message; returns whether frontends should see it."""
+    def _on_iopub(self, frames: list[bytes]) -> dict[str, Any] | None:
+        """Handle one IOPub message; returns it if frontends should see it (rebuilt by relaywire)."""
         _, rest = self._kernel_session.feed_identities(frames)
         msg_type = self._precheck(rest)
         if msg_type is None:
-            return False
+            return None
         msg = self._kernel_session.deserialize(rest)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
-            return False
+            return None
+        if not isinstance(msg["content"], dict):
+            msg["content"] = {}
         content = msg["content"] if isinstance(msg["content"], dict) else {}
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             comm_id = str(content.get("comm_id"))
@@ -496,20 +540,20 @@ class GateService:
                                         error=f"more than {MAX_GATE_COMMS} gate comms opened; ignored")
                 else:
                     self._gate_comms.add(comm_id)
-                return False
+                return None
             if comm_id in self._gate_comms:
                 if msg_type == "comm_msg":
                     self._on_call(comm_id, content.get("data"), len(rest[-1]) if rest else 0)
                 else:
                     self._gate_comms.discard(comm_id)
-                return False
-            return True
+                return None
+            return msg
         head = self._running()
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         if head is None or parent_id != head.record.msg_id:
             if msg_type in ("stream", "display_data", "execute_result", "error"):
                 self._late_output(str(parent_id), output_dict(msg))
-            return True
+            return msg
         if msg_type == "status":
             if content.get("execution_state") == "idle":
                 head.idle = True
@@ -521,7 +565,7 @@ class GateService:
                 self.recorder.execute_input(head.record, count)
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
             self._capture(head, output_dict(msg))
-        return True
+        return msg
 
     def _late_output(self, parent_id: str, output: dict[str, Any]) -> None:
         """Output from work an ended cell started (a thread): kept with that cell, flagged late, bounded."""

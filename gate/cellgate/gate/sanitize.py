@@ -1,0 +1,172 @@
+"""Kernel output made inert before any frontend or rendering sees it.
+
+A cellgate kernel's outputs are hostile: JupyterLab treats outputs produced
+live in a session as trusted, so a ``Javascript`` display, a ``<script>`` or
+an ``onerror`` in HTML would run in a page that holds the Jupyter server's
+XSRF cookie. Every MIME bundle (``display_data``, ``update_display_data``,
+``execute_result``, a pager payload, an inspect reply) goes through
+``sanitize_bundle`` first:
+
+- ``text/plain``, ``application/json`` and base64 ``image/png|jpeg|gif|webp``
+  pass as data;
+- ``text/html`` passes nh3 (ammonia) with its allowlist of tags and
+  attributes: no script, style, iframe, object, embed, form, base, meta,
+  link, svg or math element, no event-handler or style attribute; links only
+  http, https, mailto or relative; an ``img`` only from a ``data:image/...``
+  URL (a remote image would be a way out of the network-less sandbox);
+- ``text/markdown`` is rendered to HTML here (markdown-it, CommonMark) and
+  that HTML sanitized like ``text/html``: the frontend then renders exactly
+  what was checked, with no markdown parser of its own in between;
+- ``image/svg+xml`` is shown as ``<img src="data:image/svg+xml;base64,...">``
+  in ``text/html``: an SVG loaded as an image never runs script and never
+  loads anything, whatever it contains, so no SVG allowlist is needed;
+- TeX commands that make links, styles, classes or load packages in MathJax
+  (``\\href``, ``\\style``, ``\\require``...) are neutralised in ``text/latex``
+  and in the text of HTML (which JupyterLab also typesets);
+- every other type (``application/javascript``, widget views, vendor types) is
+  removed, and a visible note is added to ``text/plain``.
+
+What changed is listed in the output's metadata under ``cellgate.sanitized``.
+An operator may name MIME types they trust (``[frontend] trusted_mime``):
+those pass exactly as the kernel sent them.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import nh3
+from markdown_it import MarkdownIt
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+DATA_TYPES = ("text/plain", "application/json")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
+_DATA_IMAGE = re.compile(r"^\s*data:image/(png|jpeg|gif|webp|svg\+xml)[;,]", re.IGNORECASE)
+# MathJax (TeX input, html/action/unicode/require packages) turns these into links, styles, classes,
+# tooltips or package loads; JupyterLab typesets math in HTML, markdown and LaTeX outputs.
+_TEX_ACTIVE = re.compile(
+    r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*|bbox|enclose"
+    r"|mmlToken)(?![A-Za-z])")
+MAX_MARKDOWN = 1 << 20  # rendered on the host's relay thread: a larger one is shown as text
+_URL_ATTRIBUTES = frozenset({"href", "src", "cite", "longdesc", "action", "formaction", "background", "poster"})
+# Removed with everything inside them (the others are unwrapped to their text).
+_CLEAN_CONTENT = {"script", "style", "template", "iframe", "object", "embed", "noscript", "svg", "math", "xmp",
+                  "noembed", "noframes", "textarea", "select", "title"}
+
+
+def _attribute_filter(element: str, attribute: str, value: str) -> str | None:
+    if attribute not in _URL_ATTRIBUTES:
+        return value
+    if element == "img" and attribute == "src":
+        return value if _DATA_IMAGE.match(value) else None  # no request leaves the page
+    if value.strip().lower().startswith("data:"):
+        return None
+    return value
+
+
+_CLEANER = nh3.Cleaner(
+    clean_content_tags=_CLEAN_CONTENT,
+    attribute_filter=_attribute_filter,
+    url_schemes={"http", "https", "mailto", "data"},  # data: only survives the filter in img src
+    strip_comments=True,
+    link_rel="noopener noreferrer nofollow",
+)
+_MARKDOWN = MarkdownIt("commonmark", {"html": True})
+
+
+def defuse_tex(text: str) -> str:
+    r"""``\href{...}`` becomes ``\text{(href removed)}``: inert in MathJax and visible as text."""
+    return _TEX_ACTIVE.sub(lambda m: r"\text{(" + m.group(1) + " removed)}", text)
+
+
+def clean_html(html: str) -> str:
+    return defuse_tex(_CLEANER.clean(html))
+
+
+def svg_as_image(svg: str) -> str:
+    encoded = base64.b64encode(svg.encode("utf-8", "replace")).decode()
+    return f'<img src="data:image/svg+xml;base64,{encoded}" alt="SVG image (shown as an image by cellgate)">'
+
+
+def _text(value: Any) -> str | None:
+    """A MIME value as text: nbformat splits long text into a list of lines."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return None
+
+
+def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
+                    ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]]]:
+    """(data, metadata, what changed) for one MIME bundle; nothing script-capable is left in data."""
+    trusted = frozenset(trusted)
+    data = data if isinstance(data, dict) else {}
+    metadata = metadata if isinstance(metadata, dict) else {}
+    out: dict[str, Any] = {}
+    notes: list[dict[str, str]] = []
+
+    def note(mime: str, action: str) -> None:
+        notes.append({"mime": mime[:200], "action": action})
+
+    html_parts: list[str] = []
+    for mime, value in sorted(data.items(), key=lambda item: str(item[0])):  # the journal stores keys sorted
+        mime = str(mime)
+        if mime in trusted:
+            out[mime] = value
+            continue
+        text = _text(value)
+        if mime in DATA_TYPES:
+            if mime == "text/plain" and text is None:
+                note(mime, "removed (not text)")
+                continue
+            out[mime] = text if mime == "text/plain" else value
+        elif mime in IMAGE_TYPES:
+            if text is not None and _BASE64.match(text):
+                out[mime] = text
+            else:
+                note(mime, "removed (not base64 image data)")
+        elif mime == "text/html" and text is not None:
+            cleaned = clean_html(text)
+            out[mime] = cleaned
+            if cleaned != text:
+                note(mime, "cleaned")
+        elif mime == "text/markdown" and text is not None and len(text) > MAX_MARKDOWN:
+            out.setdefault("text/plain", text)
+            note(mime, f"shown as text/plain (over {MAX_MARKDOWN} characters)")
+        elif mime == "text/markdown" and text is not None:
+            html_parts.append(clean_html(_MARKDOWN.render(text)))
+            note(mime, "rendered to sanitized text/html")
+        elif mime == "image/svg+xml" and text is not None:
+            html_parts.append(svg_as_image(text))
+            note(mime, "shown as an image in text/html")
+        elif mime == "text/latex" and text is not None:
+            defused = defuse_tex(text)
+            out[mime] = defused
+            if defused != text:
+                note(mime, "cleaned")
+        else:
+            note(mime, "removed")
+    if html_parts and "text/html" not in out:
+        out["text/html"] = "\n".join(html_parts)
+    removed = [n["mime"] for n in notes if n["action"].startswith("removed")]
+    if removed or not out:
+        plain = out.get("text/plain", "")
+        gap = "\n" if plain and not plain.endswith("\n") else ""
+        out["text/plain"] = (f"{plain}{gap}[cellgate removed output of type {', '.join(removed) or 'none'}: "
+                             "kernel output may not run script in a frontend; the journal keeps it as data]")
+    kept = {k: v for k, v in metadata.items() if k in out and k != "cellgate"}
+    if notes:
+        kept["cellgate"] = {"sanitized": notes}
+    return out, kept, notes
+
+
+def sanitize_output(output: dict[str, Any], trusted: Iterable[str] = ()) -> dict[str, Any]:
+    """An nbformat output as a frontend may see it (stream, error and clear_output pass unchanged)."""
+    if output.get("output_type") not in ("display_data", "execute_result"):
+        return output
+    data, metadata, _ = sanitize_bundle(output.get("data"), output.get("metadata"), trusted)
+    return {**output, "data": data, "metadata": metadata}
