@@ -21,7 +21,8 @@ import nbformat
 import pytest
 
 from cellgate.gate.approval import ApprovalRequest, describe_request
-from cellgate.gate.audit import show, verify
+from cellgate.gate.audit import show
+from cellgate.gate.verification import verify
 from cellgate.gate.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
 from cellgate.gate.gate import CallRecord
 from cellgate.gate.recorder import journal_path
