@@ -110,6 +110,11 @@ def over(channel, size):
 '''
 
 
+def verify_live(notebook: Path) -> list[str]:
+    """verify's findings on a run whose session is still open, but the one that says it is still open."""
+    return [p for p in verify(notebook) if "without a session-ended or recovered record" not in p]
+
+
 @pytest.fixture(scope="module")
 def bounded(session_factory):
     return session_factory(memory_mb=1024, max_message_mb=MAX_MESSAGE_MB, cell_timeout=60.0)
@@ -204,7 +209,7 @@ print("flood over", sent)
     grown = journal_path(notebook).stat().st_size - journal_before
     assert grown < 256 << 10, grown  # before: 220 MB of journal for the same flood
     assert notebook.stat().st_size < 256 << 10
-    assert verify(notebook) == []  # the coalesced record is the journal's, rebuilt the same way
+    assert verify_live(notebook) == []  # the coalesced record is the journal's, rebuilt the same way
     assert host.growth_mb < 128, host.growth_mb
     box.restart()
     assert box.execute("print(tools.echo('after'))").stdout == "after\n"
@@ -345,7 +350,7 @@ def test_B5_calls_are_bound_to_the_running_cell_and_claims_are_labelled(session_
                               cell_line=claimed["line"], source_line=claimed.get("source_line"), requested=0,
                               deadline=1e12)
     assert "(reported by the kernel)" in describe_request(request)
-    assert verify(box.session.notebook_path) == []
+    assert verify_live(box.session.notebook_path) == []
     assert box.execute("print(tools.echo('alive'))").stdout == "alive\n"
 
 

@@ -14,10 +14,10 @@ import json
 import os
 import shutil
 import stat
+import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,28 +44,40 @@ class Done:
     peak_rss_mb: float
 
 
+# Runs the CLI as its own child and reports that child's peak RSS. The CLI must not be a direct child
+# of pytest: Linux keeps the larger of a process's own peak and that of the memory it was forked (or
+# vforked) from, so a child of the big test process would report the test process's size.
+PEAK_PROBE = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+if code < 0:  # killed by a signal: end the same way, so the caller sees it
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> Done:
-    """Run the real CLI; its own peak RSS comes from wait4, and it never outlives ``timeout``."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([*CELLGATE, *args], stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+    """Run the real CLI; its own peak RSS is measured, and it never outlives ``timeout``."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as peak:
+        proc = subprocess.Popen([sys.executable, "-S", "-c", PEAK_PROBE, peak.name, *CELLGATE, *args], stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
                                 env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                _, status, usage = os.wait4(proc.pid, 0)
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                raise AssertionError(f"cellgate {' '.join(args)} did not finish within {timeout} s")
-            time.sleep(0.05)  # polling the child's exit, with the deadline above
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise AssertionError(f"cellgate {' '.join(args)} did not finish within {timeout} s") from None
         out.seek(0)
         err.seek(0)
         # stderr with its whitespace folded: the terminal console wraps long messages.
         return Done(proc.returncode, out.read().decode(errors="replace"),
-                    " ".join(err.read().decode(errors="replace").split()), usage.ru_maxrss / 1024)
+                    " ".join(err.read().decode(errors="replace").split()), int(peak.read() or 0) / 1024)
 
 
 @dataclass
@@ -127,7 +139,7 @@ def run(recorded: Run, tmp_path: Path) -> Run:
 
 
 def bounded(done: Done) -> Done:
-    assert done.peak_rss_mb < MAX_RSS_MB, f"the CLI peaked at {done.peak_rss_mb:.0f} MB"
+    assert 0 < done.peak_rss_mb < MAX_RSS_MB, f"the CLI peaked at {done.peak_rss_mb:.0f} MB"
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -263,9 +263,10 @@ class Gate:
         else:
             record.ok, record.result = True, kept.scrub(shown)
             text = canonical_json(plain)
-            record.result_bytes = len(text.encode())
-            # Over the recorded value (secrets as digests), so a digest never confirms a guessed secret.
+            # Size and digest of the recorded value (secrets as markers or keyed digests): what the blob
+            # holds, and a digest that never confirms a guessed secret.
             recorded = text if record.result is plain else canonical_json(record.result)
+            record.result_bytes = len(recorded.encode())
             record.result_sha256 = hashlib.sha256(recorded.encode()).hexdigest()
             reply = {"id": request.id, "ok": True, "result": plain}
         record.duration_ms = (time.perf_counter() - start) * 1000
