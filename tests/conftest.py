@@ -51,6 +51,16 @@ def runsc() -> object:
 
 
 @pytest.fixture(scope="module")
+def approvals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A queue folder of the module's own for approval requests (``$CELLGATE_APPROVALS_DIR``), set for the
+    sessions it starts and the CLI processes they run."""
+    folder = tmp_path_factory.mktemp("approvals")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CELLGATE_APPROVALS_DIR", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
 def session_factory(runsc: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Start sandboxed sessions that are closed when the module ends."""
     opened: list[BlockingSession] = []

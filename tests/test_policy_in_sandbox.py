@@ -43,18 +43,6 @@ decision = "deny"
 '''
 
 
-@pytest.fixture(scope="module")
-def approvals(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("approvals")
-    old = os.environ.get("CELLGATE_APPROVALS_DIR")
-    os.environ["CELLGATE_APPROVALS_DIR"] = str(folder)
-    yield folder
-    if old is None:
-        os.environ.pop("CELLGATE_APPROVALS_DIR")
-    else:
-        os.environ["CELLGATE_APPROVALS_DIR"] = old
-
-
 def configured(session_factory, tmp_path_factory, approval_timeout: float = 60, **options):
     folder = tmp_path_factory.mktemp("policy")
     (folder / "cellgate.toml").write_text(POLICY.format(approval_timeout=approval_timeout))

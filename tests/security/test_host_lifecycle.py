@@ -67,18 +67,6 @@ decision = "allow"
 '''
 
 
-@pytest.fixture(scope="module")
-def approvals(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("approvals")
-    old = os.environ.get("CELLGATE_APPROVALS_DIR")
-    os.environ["CELLGATE_APPROVALS_DIR"] = str(folder)
-    yield folder
-    if old is None:
-        os.environ.pop("CELLGATE_APPROVALS_DIR")
-    else:
-        os.environ["CELLGATE_APPROVALS_DIR"] = old
-
-
 def project(tmp_path_factory: pytest.TempPathFactory, extra: str = "") -> Path:
     folder = tmp_path_factory.mktemp("lifecycle")
     (folder / "lifecycle_tools.py").write_text(TOOLS)
