@@ -27,10 +27,13 @@ from collections.abc import Iterator
 
 from jupyter_client import AsyncKernelManager
 
-from cellgate.gate import Pool, Session, hostkey, provisioner, recorder
-from cellgate.gate.journal import GENESIS, Journal
-from cellgate.gate.runsc import find as find_runsc
-from cellgate.gate.snapshot import discard
+from cellgate.gate import Pool, Session
+from cellgate.gate import _hostkey as hostkey
+from cellgate.gate.session import provisioner
+from cellgate.gate.audit import recorder
+from cellgate.gate.audit.journal import GENESIS, Journal
+from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.sandbox.snapshot import discard
 
 ROOT = Path(__file__).resolve().parent.parent
 NORTHWIND = ROOT / "examples" / "northwind"

@@ -34,7 +34,7 @@ import anthropic
 from cellgate.extensions.anthropic import AgentLoop
 from cellgate.gate import Session
 from cellgate.gate.config import AgentSettings
-from cellgate.gate.runsc import find as find_runsc
+from cellgate.gate.sandbox.runsc import find as find_runsc
 from cellgate.gate.testing import FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cellgate.gate.errors import SandboxUnavailable
-from cellgate.gate.runsc import find
-from cellgate.gate.sandbox import owner_alive, run_root
+from cellgate.gate._errors import SandboxUnavailable
+from cellgate.gate.sandbox.runsc import find
+from cellgate.gate.sandbox.container import owner_alive, run_root
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ import pytest
 from cellgate.extensions.anthropic import AgentLoop, AgentRun
 from cellgate.gate import Session
 from cellgate.gate.config import AgentSettings
-from cellgate.gate.journal import read_journal
-from cellgate.gate.recorder import journal_path
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.testing import (APIFailure, FakeMessagesAPI, estimate_tokens, normalize_notebook, reply, text,
                                    tool_use)
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.gvisor
 TOOLS = Path(__file__).parent / "tools"
 SAMPLE = TOOLS / "sample_tools.py"
 COUNTED = TOOLS / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 GOLDEN = Path(__file__).parent / "snapshots" / "agent_code_mode.json"
 # A 1x1 PNG, for the image path.
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 COUNTED = Path(__file__).parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 
 
 def cellgate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import NORTHWIND
 
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, stdin: str | None = None):

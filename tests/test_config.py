@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cellgate.gate.config import find_config, load_settings
-from cellgate.gate.errors import ConfigError
+from cellgate.gate._errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

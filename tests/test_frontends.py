@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gvisor
 @pytest.fixture()
 def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Path:
     """The kernelspec installed as `cellgate install --prefix` does, and a cellgate.toml."""
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "install", "--prefix", str(tmp_path / "prefix")],
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "install", "--prefix", str(tmp_path / "prefix")],
                           capture_output=True, text=True, check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from cellgate.gate.journal import read_journal
-from cellgate.gate.recorder import journal_path
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import journal_path
 
 pytestmark = pytest.mark.gvisor
 

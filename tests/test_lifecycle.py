@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate.sandbox import run_root
+from cellgate.gate.sandbox.container import run_root
 from conftest import ROOT, SAMPLE_TOOLS
 
 pytestmark = pytest.mark.gvisor

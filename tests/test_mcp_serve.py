@@ -23,7 +23,7 @@ from test_mcp_tools import CRM, POLICY
 
 pytestmark = pytest.mark.gvisor
 
-SERVE = [sys.executable, "-m", "cellgate.gate.cli", "mcp", "serve"]
+SERVE = [sys.executable, "-m", "cellgate.gate.ops.cli", "mcp", "serve"]
 
 
 def write_config(tmp_path: Path) -> Path:

@@ -14,8 +14,8 @@ import pytest
 
 from cellgate.extensions.mcp.names import python_names
 from cellgate.gate import ConfigError
-from cellgate.gate.journal import read_journal
-from cellgate.gate.recorder import journal_path
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.testing import BlockingSession
 from conftest import free_port, wait_for_port
 
@@ -136,7 +136,7 @@ headers = {{ Authorization = "Bearer {TOKEN}" }}
 
 
 def test_policy_check_shows_the_defaults_from_annotations(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "policy", "check", str(stdio_config(tmp_path))],
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "policy", "check", str(stdio_config(tmp_path))],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in done.stdout.splitlines()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellgate.gate.policy import Call, Counters, Policy, evaluate
+from cellgate.gate.calls.policy import Call, Counters, Policy, evaluate
 
 
 def policy(**data: object) -> Policy:

@@ -13,7 +13,7 @@ from conftest import NORTHWIND
 
 
 def check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "policy", "check", str(path)],
+    return subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "policy", "check", str(path)],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)
 
 

@@ -55,7 +55,7 @@ def governed(session_factory, tmp_path_factory, approvals):
 
 
 def cellgate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cellgate.gate.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", *args], capture_output=True, text=True,
                           timeout=60, env=os.environ.copy())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellgate.gate.protocol import CallRequest, ProtocolError, batch_items, parse_call, strict_loads
+from cellgate.gate.calls.protocol import CallRequest, ProtocolError, batch_items, parse_call, strict_loads
 from cellgate.kernel.runtime import _batches
 from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES
 

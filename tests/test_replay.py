@@ -15,7 +15,7 @@ from jupyter_client import BlockingKernelClient
 pytestmark = pytest.mark.gvisor
 
 COUNTED = Path(__file__).parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
 
 

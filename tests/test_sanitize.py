@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cellgate.gate.sanitize import MAX_MARKDOWN, sanitize_bundle, sanitize_output
+from cellgate.gate.audit.sanitize import MAX_MARKDOWN, sanitize_bundle, sanitize_output
 
 
 def test_markdown_is_rendered_with_its_syntax_and_cleaned() -> None:

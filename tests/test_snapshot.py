@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate import snapshot
-from cellgate.gate.sandbox import run_root
+from cellgate.gate.sandbox import snapshot
+from cellgate.gate.sandbox.container import run_root
 
 pytestmark = pytest.mark.gvisor
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate.tools import ToolRegistry
-from cellgate.kernel import stubgen
+from cellgate.gate.calls.registry import ToolRegistry
+from cellgate.gate.calls import stubgen
 from conftest import NORTHWIND
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "northwind_tools"

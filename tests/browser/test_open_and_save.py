@@ -27,7 +27,7 @@ from conftest import SAMPLE_TOOLS
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.browser]
 
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 
 
 def cellgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

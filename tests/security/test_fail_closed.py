@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gvisor
 
 
 def test_P1_without_a_usable_runsc_nothing_runs(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", "exec", "-", "--notebook",
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "exec", "-", "--notebook",
                            str(tmp_path / "run.ipynb")], input="print('this ran')", capture_output=True, text=True,
                           timeout=120, env={**os.environ, "CELLGATE_RUNSC": str(tmp_path / "no-such-runsc")})
     assert done.returncode == 3, done.stderr

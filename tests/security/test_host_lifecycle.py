@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cellgate.gate import mounts
+from cellgate.gate.sandbox import mounts
 
 pytestmark = pytest.mark.gvisor
 
@@ -81,7 +81,7 @@ def refunds(folder: Path) -> list[str]:
 
 def cellgate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI; its stdout and stderr with rich's line wrapping undone."""
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **env})
     done.stdout, done.stderr = " ".join(done.stdout.split()), " ".join(done.stderr.split())
     return done
@@ -208,7 +208,7 @@ def test_B6_a_pending_approval_dies_with_its_session(session_factory, tmp_path_f
 
 CRASHING_HOST = '''
 import asyncio, sys
-from cellgate.gate.session import Session
+from cellgate.gate.session.session import Session
 
 async def main():
     async with Session(config=sys.argv[1], notebook=sys.argv[2], cwd=sys.argv[3]) as session:
@@ -442,7 +442,7 @@ def test_B3_X10_host_backed_writable_folders_are_bounded(session_factory) -> Non
 
 
 def test_B3_a_host_workspace_folder_must_be_bounded(session_factory, tmp_path: Path) -> None:
-    from cellgate.gate.errors import SandboxError
+    from cellgate.gate._errors import SandboxError
 
     unbounded = tmp_path / "unbounded"
     unbounded.mkdir()

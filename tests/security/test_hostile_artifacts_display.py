@@ -30,14 +30,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cellgate.gate.approval import args_digest
-from cellgate.gate.journal import read_journal
-from cellgate.gate.recorder import journal_path
+from cellgate.gate.calls.approval import args_digest
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import journal_path
 
 pytestmark = pytest.mark.gvisor
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.cli"]
+CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 TOKEN = "tok-ada-s3cr3t-value"  # what sample_tools.issue_token('ada') marks Secret
 # The operator's credential: the cells build it, so no program text holds it.
 API_KEY = "sk-live-7f3a9c21e4b0"
@@ -200,7 +200,7 @@ def test_H13_the_scrubbed_run_still_verifies(secret_run) -> None:
 
 def test_H13_scrubbing_stays_linear_with_thousands_of_secrets() -> None:
     """A tool that marks a new value secret on each of 5,000 calls: each record is still one scan."""
-    from cellgate.gate.scrubber import SecretScrubber
+    from cellgate.gate.calls.scrubber import SecretScrubber
 
     kept = SecretScrubber()
     kept.add("abcdefgh", "long")

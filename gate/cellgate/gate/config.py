@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
-from .policy import Policy
+from cellgate.gate._errors import ConfigError
+from cellgate.gate.calls.policy import Policy
 
 CONFIG_NAME = "cellgate.toml"
 
@@ -125,7 +125,7 @@ class McpConfig(_Strict):
 class FrontendSettings(_Strict):
     """``[frontend]``: what of a kernel's output a frontend (JupyterLab, nbclient, ...) may receive.
 
-    Outputs are sanitized by default (``cellgate.gate.sanitize``): no script reaches a frontend.
+    Outputs are sanitized by default (``cellgate.gate.audit.sanitize``): no script reaches a frontend.
     """
 
     trusted_mime: list[str] = Field(default_factory=list, description=(

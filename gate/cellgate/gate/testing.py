@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
-from .session import CellResult, Session
+from cellgate.gate.session.session import CellResult, Session
 
 T = TypeVar("T")
 

@@ -40,7 +40,7 @@ async def _main(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from cellgate.gate import ConfigError, Session
-    from cellgate.gate.terminal import clean
+    from cellgate.gate._terminal import clean
 
     from .loop import AgentLoop
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cellgate.kernel.stubgen import signature
+from cellgate.gate.calls.stubgen import signature
 
 EXECUTE_PYTHON: dict[str, Any] = {
     "name": "execute_python",

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from cellgate.gate import CellResult
-from cellgate.gate.gate_text import trim
+from cellgate.gate.calls.redaction import trim
 
 __all__ = ["cell_view", "trim"]
 

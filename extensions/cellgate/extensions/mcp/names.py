@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from cellgate.kernel.stubgen import RESERVED
+from cellgate.gate.calls.stubgen import RESERVED
 
 _NOT_WORD = re.compile(r"[^A-Za-z0-9_]+")
 

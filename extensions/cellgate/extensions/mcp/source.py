@@ -31,8 +31,8 @@ from mcp_types import Tool as McpTool
 
 from cellgate.gate import ConfigError, Settings, Tool
 from cellgate.gate.config import McpServer
-from cellgate.gate.errors import SourceUnavailable
-from cellgate.gate.sources import ToolSource
+from cellgate.gate._errors import SourceUnavailable
+from cellgate.gate.calls.sources import ToolSource
 
 from .names import python_names
 

@@ -1,0 +1,139 @@
+"""`cellgate verify`: is this notebook what its signed journal says happened?
+
+Checked, in order, and every problem reported with its place:
+
+1. the journal (only the plain ``<name>.journal.jsonl`` beside the notebook,
+   a regular file, read line by line with a cap): every record's hash, the
+   chain from the first record, and every record's MAC under this host's key
+   (the key the run names must be this host's: "signed with key X; this
+   host's key is Y");
+2. the notebook's recorded position is a record of that journal, and no
+   record follows it (a notebook rendered from a prefix of its journal, or a
+   run whose host stopped, fails: "run `cellgate recover`"), and the journal
+   ends as a run ends (``session-ended`` or ``recovered``), so a journal cut
+   short at a record boundary does not pass for a whole run;
+3. the notebook's content equals the one the journal renders, compared under
+   ``canonical`` (what frontends do on save is tolerated; any change to a
+   source, output, call, decision or metadata field is not);
+4. every result blob the journal names is the run's own, a regular file of
+   the recorded size and sha256.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellgate.gate import _hostkey as hostkey
+from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
+from cellgate.gate.audit.show import journal_of, load_notebook
+from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata
+from cellgate.gate._errors import ConfigError
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import Reducer
+
+ENDINGS = ("session-ended", "recovered")
+
+
+@dataclass
+class Verification:
+    problems: list[str] = field(default_factory=list)
+    key_id: str | None = None  # this host's key, which signed every record (when there are no problems)
+    records: int = 0
+    blobs: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _compare(expected: Any, nb: Any) -> list[str]:
+    if not _same(canonical_metadata(expected), canonical_metadata(nb)):
+        return ["the notebook's metadata.cellgate differs from the journal"]
+    if len(expected.cells) != len(nb.cells):
+        return [f"the notebook has {len(nb.cells)} cells, the journal {len(expected.cells)}"]
+    for index, (want, have) in enumerate(zip(expected.cells, nb.cells), start=1):
+        want_parts, have_parts = canonical_cell(want), canonical_cell(have)
+        for part in ("cell_type", "source", "outputs", "execution_count", "cellgate"):
+            if not _same(want_parts[part], have_parts[part]):
+                what = part
+                if part == "cellgate":
+                    calls = (want_parts[part] or {}).get("calls"), (have_parts[part] or {}).get("calls")
+                    what = "calls" if not _same(*calls) else "metadata.cellgate"
+                return [f"cell {index} differs from the journal in its {what}"]
+    return []
+
+
+def _check_blobs(folder: Path, journal_file: str, records: list[dict[str, Any]],
+                 reducer: Reducer) -> tuple[int, list[str]]:
+    cells = {cell.msg_id: index for index, cell in enumerate([c for c in reducer.cells if c.status is not None],
+                                                              start=1)}
+    checked, problems = 0, []
+    for record in records:
+        call = record.get("call") if record.get("event") == "call-finished" else None
+        if not isinstance(call, dict) or "result_blob" not in call:
+            continue
+        cell = cells.get(record.get("msg_id"))
+        where = f"call #{call.get('seq')} ({call.get('tool')})" + (f" of cell {cell}" if cell else "")
+        try:
+            blob_text(folder, journal_file, call, where)
+        except ArtifactError as exc:
+            problems.append(str(exc))
+        checked += 1
+    return checked, problems
+
+
+def check_run(path: Path) -> Verification:
+    """Verify a run; problems are empty when it is intact and signed with this host's key."""
+    nb = load_notebook(path)
+    result = Verification()
+    try:
+        journal_file = journal_of(path, nb)
+        key = hostkey.load(create=False)
+        found = read_journal(open_confined(path.parent, journal_file, "the journal"), key)
+    except ConfigError as exc:
+        return Verification([str(exc)])
+    if found.problem:
+        return Verification([found.problem])
+    records = found.records
+    result.records = len(records)
+    head = nb.metadata.cellgate.get("journal") or {}
+    seq, digest = head.get("seq"), head.get("hash")
+    if not (isinstance(seq, int) and 1 <= seq <= len(records) and records[seq - 1]["hash"] == digest):
+        return Verification([f"the notebook names journal record {seq} with hash {str(digest)[:16]}…, which the "
+                             "journal does not have: the notebook or the journal was replaced"])
+    after = len(records) - seq
+    if after:
+        result.problems.append(f"the journal has {after} record{'s' if after != 1 else ''} after the notebook's "
+                               f"last position (record {seq}): the notebook does not show all of the run; "
+                               f"run `cellgate recover {journal_file}`")
+    elif found.torn_tail:
+        result.problems.append(f"the journal's last record was cut short (its host stopped while writing it); "
+                               f"run `cellgate recover {journal_file}`")
+    elif records[-1]["event"] not in ENDINGS:
+        result.problems.append(f"the journal ends at record {seq} ({records[-1]['event']}) without a session-ended "
+                               "or recovered record: the run is still going, its host stopped, or the journal was "
+                               f"cut short; if its host stopped, run `cellgate recover {journal_file}`")
+    reducer = Reducer()
+    for record in records[:seq]:
+        reducer.apply(record)
+    result.problems += _compare(reducer.notebook(journal_file), nb)
+    result.blobs, blob_problems = _check_blobs(path.parent, journal_file, records, reducer)
+    result.problems += blob_problems
+    if not result.problems:
+        result.key_id = key.key_id
+    return result
+
+
+def verify(path: Path) -> list[str]:
+    """Problems found (empty when the notebook matches its intact, signed journal)."""
+    return check_run(path).problems
+
+
+__all__ = ["Verification", "check_run", "verify"]

@@ -1,0 +1,202 @@
+"""Tool definitions and tool sources.
+
+A ``Tool`` is a host-side callable with a name, a description and the JSON
+Schema of its arguments. The built-in source turns a Python module's public
+functions into tools, deriving each schema from the type hints with pydantic
+and the parameter descriptions from the docstring with docstring_parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import docstring_parser
+import jsonschema
+from pydantic import TypeAdapter
+
+from cellgate.gate.calls.stubgen import RESERVED, check_identifier
+
+from cellgate.gate._errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any] = field(repr=False, compare=False)
+    source: str = ""
+    # The decision when the policy names neither the tool nor a rule for it:
+    # "allow" for tools the operator passed explicitly (--tools), or what the
+    # tool's source says (an MCP annotation); None falls to [policy] default.
+    default_decision: Literal["allow", "deny", "approve"] | None = None
+    # A keyword-only `idempotency_key` parameter is filled by the gate, not by the caller.
+    accepts_idempotency_key: bool = False
+    # JSON Schema of the result, when the source declares one (an MCP outputSchema): typed in the stubs.
+    returns: dict[str, Any] | None = None
+
+    def manifest_entry(self) -> dict[str, Any]:
+        # JSON object order is not kept by every writer (notebooks sort keys), so the
+        # parameter order of the signature is stated explicitly.
+        order = list((self.parameters.get("properties") or {}).keys())
+        entry = {"name": self.name, "description": self.description, "parameters": self.parameters, "order": order}
+        if self.returns is not None:
+            entry["returns"] = self.returns
+        return entry
+
+
+def _strip_titles(schema: Any) -> Any:
+    """pydantic adds a 'title' to every property; the stubs and the model don't need it."""
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "") -> Tool:
+    name = name or function.__name__
+    check_identifier(name, "tool name")
+    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    signature = inspect.signature(function)
+    key = signature.parameters.get("idempotency_key")
+    takes_key = key is not None and key.kind is inspect.Parameter.KEYWORD_ONLY
+    described_function = function
+    if takes_key:
+        # Derive the schema from the signature without the gate-supplied parameter.
+        @functools.wraps(function)
+        def described_function(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
+            return function(*args, **kwargs)
+
+        described_function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p for n, p in signature.parameters.items() if n != "idempotency_key"])
+    try:
+        schema = TypeAdapter(described_function).json_schema()
+    except Exception as exc:
+        raise ConfigError(
+            f"tool {name!r} ({source or function.__module__}): cannot derive a JSON Schema "
+            f"from its signature: {exc}; give every parameter a JSON-compatible type hint"
+        ) from None
+    schema = _strip_titles(schema)
+    properties = schema.get("properties", {})
+    for arg, parameter in signature.parameters.items():
+        if parameter.default is not inspect.Parameter.empty and arg in properties and "default" not in properties[arg]:
+            # The gate fills defaults before the policy sees a call; one it cannot write down would reach the tool unseen.
+            raise ConfigError(
+                f"tool {name!r} ({source or function.__module__}): the default of parameter {arg!r} "
+                f"({parameter.default!r}) cannot be written in its JSON Schema, so policy rules could not see it; "
+                "use a JSON value (a number, string, bool, None, list or dict) as the default")
+    described = {p.arg_name: p.description for p in doc.params if p.description}
+    for arg, prop in schema.get("properties", {}).items():
+        if arg in described:
+            prop["description"] = described[arg]
+    summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
+    return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
+                accepts_idempotency_key=takes_key)
+
+
+def _filling_properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+    if isinstance(instance, dict) and isinstance(properties, dict):
+        for name, subschema in properties.items():
+            if isinstance(subschema, dict) and "default" in subschema and name not in instance:
+                instance[name] = copy.deepcopy(subschema["default"])
+    yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+# jsonschema's documented way to fill defaults: a validator whose `properties` keyword sets them as it descends.
+DefaultsFiller = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _filling_properties})
+
+
+def with_defaults(filler: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``args`` with every schema default filled in (also in nested objects): what the tool will receive.
+
+    The gate validates, decides and records this object, and passes exactly it to the tool.
+    """
+    filled = copy.deepcopy(args)
+    for _ in filler.iter_errors(filled):  # validation errors are the strict validator's job, afterwards
+        pass
+    return filled
+
+
+def load_module(path: str | Path) -> ModuleType:
+    """Import a tool module from a file path, under a private module name."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"tool module {str(path)!r} does not exist; check the path in --tools or [tools] modules")
+    module_name = "cellgate_tools_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"tool module {str(path)!r} cannot be imported; it must be a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ConfigError(f"tool module {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def tools_from_module(module: ModuleType, source: str = "") -> list[Tool]:
+    """The module's public functions defined in it (or listed in ``__all__``)."""
+    names: Iterable[str] = getattr(module, "__all__", None) or [
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__
+    ]
+    return [tool_from_function(getattr(module, n), source=source or module.__name__) for n in names]
+
+
+class ToolRegistry:
+    """The tools of one session, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in RESERVED:
+            raise ConfigError(f"tool {tool.name!r} ({tool.source}) uses a reserved name; rename it")
+        if tool.name in self._tools:
+            other = self._tools[tool.name].source
+            raise ConfigError(f"tool {tool.name!r} is defined twice ({other} and {tool.source}); rename one")
+        self._tools[tool.name] = tool
+
+    @classmethod
+    def from_paths(cls, paths: Iterable[str | Path], granted: Iterable[str | Path] = ()) -> ToolRegistry:
+        """Tools from modules; those in ``granted`` modules default to allow."""
+        registry = cls()
+        configured = [Path(p).resolve() for p in paths]
+        extra = [Path(p).resolve() for p in granted if Path(p).resolve() not in configured]
+        for path, default in [*((p, None) for p in configured), *((p, "allow") for p in extra)]:
+            for tool in tools_from_module(load_module(path), source=str(path)):
+                registry.add(dataclasses.replace(tool, default_decision=default))
+        return registry
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def manifest(self) -> list[dict[str, Any]]:
+        return [self._tools[n].manifest_entry() for n in self.names()]
+
+    def manifest_sha256(self) -> str:
+        text = json.dumps(self.manifest(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,342 @@
+"""The ``cellgate`` command line: exec, doctor, install."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
+from cellgate.gate.session.session import CellResult, Session
+from cellgate.gate._terminal import clean, reveal
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+err = Console(stderr=True, highlight=False)
+
+
+def _read_program(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    try:
+        return Path(name).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read program {name!r}: {exc.strerror}; check the path") from None
+
+
+def _to(stream: Any, text: str) -> None:
+    """The program's text to our stdout or stderr: neutralized for a terminal, byte-faithful when piped."""
+    stream.write(clean(text) if stream.isatty() else text)
+
+
+def print_outputs(result: CellResult) -> None:
+    for output in result.outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output["text"])
+        elif kind in ("execute_result", "display_data"):
+            plain = output.get("data", {}).get("text/plain")
+            if plain:
+                _to(sys.stdout, plain + "\n")
+        elif kind == "error":
+            text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
+            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
+    sys.stdout.flush()
+
+
+def say(console: Console, *parts: str | tuple[str, str]) -> None:
+    """Print host text (plain strings or (text, style) pairs) and recorded text, never as markup."""
+    console.print(Text.assemble(*((clean(p) if isinstance(p, str) else (clean(p[0]), p[1])) for p in parts)),
+                  soft_wrap=True)
+
+
+async def _exec(args: argparse.Namespace) -> int:
+    programs = [(name, _read_program(name)) for name in args.programs]
+    overrides: dict[str, Any] = {}
+    if args.timeout:
+        overrides["cell_timeout"] = args.timeout
+    async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
+                       isolation=args.isolation, **overrides) as session:
+        if session.sandbox_info.get("isolation") == "none":
+            err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
+        failed = 0
+        for name, code in programs:
+            result = await session.execute(code)
+            print_outputs(result)
+            if not result.ok:
+                say(err, (f"cell {name} ended with status {result.status}", "red"),
+                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "")
+                failed += 1
+                break
+        say(err, (f"audit notebook: {session.notebook_path}", "dim"))
+    return 1 if failed else 0
+
+
+def _add_exec(sub: Any) -> None:
+    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session")
+    p.add_argument("programs", nargs="+", metavar="PROGRAM", help="a Python file per cell, or - for stdin")
+    p.add_argument("--config", help="cellgate.toml (default: $CELLGATE_CONFIG, then ./cellgate.toml)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py", help="Python files whose functions are tools")
+    p.add_argument("--notebook", help="where to write the audit notebook")
+    p.add_argument("--isolation", choices=["gvisor", "none"],
+                   help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
+    p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
+    p.set_defaults(run=lambda a: asyncio.run(_exec(a)))
+
+
+def _add_install(sub: Any) -> None:
+    p = sub.add_parser("install", help="install the cellgate kernelspec for Jupyter frontends")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (the default)")
+    where.add_argument("--prefix", help="under this prefix")
+
+    def run(a: argparse.Namespace) -> int:
+        from cellgate.gate import _hostkey as hostkey
+        from cellgate.gate.sandbox.kernelspec import install
+
+        prefix = a.prefix if a.prefix else (None if a.user else sys.prefix)
+        path = install(user=a.user, prefix=prefix)
+        print(f"installed kernelspec 'cellgate' in {path}")
+        key = hostkey.load()
+        print(f"host key {key.key_id} at {key.path} (signs audit records; keep it out of run folders)")
+        return 0
+
+    p.set_defaults(run=run)
+
+
+def _add_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check (and with --fix, install) what cellgate needs")
+    p.add_argument("--fix", action="store_true", help="install gVisor's runsc through apt (needs root)")
+    p.add_argument("--clean", action="store_true", help="remove sandboxes left behind by crashed sessions")
+
+    def run(a: argparse.Namespace) -> int:
+        from cellgate.gate.ops.doctor import doctor
+
+        return doctor(fix=a.fix, clean=a.clean)
+
+    p.set_defaults(run=run)
+
+
+def _add_policy(sub: Any) -> None:
+    p = sub.add_parser("policy", help="check a policy")
+    actions = p.add_subparsers(dest="action", required=True)
+    check = actions.add_parser("check", help="validate cellgate.toml and print the effective decision table")
+    check.add_argument("config", help="the cellgate.toml to check")
+
+    def run(a: argparse.Namespace) -> int:
+        from rich.table import Table
+
+        from cellgate.gate.config import find_config, load_settings
+        from cellgate.gate.calls.policy import decision_table
+        from cellgate.gate.calls.sources import close_sources, open_sources
+        from cellgate.gate.calls.registry import ToolRegistry
+
+        settings = load_settings(find_config(a.config))
+        registry = ToolRegistry.from_paths(settings.tool_paths())
+        close_sources(open_sources(settings, registry))  # MCP servers are asked for their tools, then closed
+        source_defaults = {name: tool.default_decision for name in registry.names()
+                           if (tool := registry.get(name)) is not None and tool.default_decision}
+        policy = settings.policy
+        table = Table(title=f"effective policy of {a.config} (default: {policy.default})")
+        for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
+            table.add_column(column)
+        for row in decision_table(policy, registry.names(), source_defaults):
+            table.add_row(*(Text(clean(row[c])) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
+        Console(highlight=False).print(table)
+        budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
+                                                    "max_result_bytes", "approver", "approval_timeout")}
+        print("budgets: " + ", ".join(f"{k}={v}" for k, v in budgets.items()))
+        from cellgate.gate.calls.policy import unrequired_constraints
+
+        schemas = {name: tool.parameters for name in registry.names() if (tool := registry.get(name)) is not None}
+        for warning in unrequired_constraints(policy, schemas):
+            say(err, ("warning:", "yellow"), f" {warning}")
+        unknown = sorted(set(policy.tools) - set(registry.names()))
+        if unknown:
+            err.print(f"[red]error:[/] [policy.tools] names tools that are not configured: {', '.join(unknown)}; "
+                      "fix the name or add the module to [tools] modules")
+            return 2
+        return 0
+
+    check.set_defaults(run=run)
+
+
+def _add_approvals(sub: Any) -> None:
+    p = sub.add_parser("approvals", help="list and answer queued approval requests (approver = queue)")
+    actions = p.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="pending requests")
+    show = actions.add_parser("show", help="one pending request with its complete arguments and their digest")
+    show.add_argument("id")
+    for verb in ("approve", "deny"):
+        answer = actions.add_parser(verb, help=f"{verb} one pending request")
+        answer.add_argument("id")
+        answer.add_argument("--reason", default="")
+
+    def run(a: argparse.Namespace) -> int:
+        from cellgate.gate.calls.approval import answer, describe_full, describe_request, pending_request, pending_requests, request_from
+
+        console = Console(highlight=False)
+        if a.action == "list":
+            requests = pending_requests()
+            if not requests:
+                console.print("no pending approvals")
+            for data in requests:
+                request = request_from(data)
+                say(console, (reveal(request.id), "bold"), f" (session {reveal(request.session[:12])}, "
+                    f"call {request.seq})")
+                say(console, describe_request(request) + "\n")
+            return 0
+        if a.action == "show":
+            text, matches = describe_full(pending_request(a.id))
+            say(console, text)
+            return 0 if matches else 1
+        request = answer(a.id, "allow" if a.action == "approve" else "deny", a.reason)
+        say(console, f"{'approved' if a.action == 'approve' else 'denied'} {reveal(a.id)}: "
+                     f"{reveal(str(request['tool']))} (sha256 {reveal(str(request['args_sha256'])[:16])}…)")
+        return 0
+
+    p.set_defaults(run=run)
+
+
+def _add_audit(sub: Any) -> None:
+    recover = sub.add_parser("recover", help="rebuild the audit notebook from its journal after a crash")
+    recover.add_argument("journal", help="the <name>.journal.jsonl file")
+    recover.add_argument("-o", "--output", help="where to write the notebook (default: beside the journal)")
+
+    def run_recover(a: argparse.Namespace) -> int:
+        from cellgate.gate.audit.recorder import rebuild
+
+        journal = Path(a.journal)
+        if not journal.exists() and not journal.is_symlink():  # anything else: refused with its kind when read
+            raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
+        target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
+        from cellgate.gate.calls.approval import withdraw_orphans
+
+        for request_id in withdraw_orphans():  # a crashed session's requests must not be approvable later
+            say(err, ("note:", "yellow"), f" withdrew approval request {request_id}: the session that asked is gone")
+        for note in notes:
+            say(err, ("note:", "yellow"), f" {note}")
+        statuses = [c.metadata.cellgate.status for c in nb.cells]
+        print(clean(f"rebuilt {target} from {journal.name}: {len(nb.cells)} cells ({', '.join(statuses) or 'none'})"))
+        return 0
+
+    recover.set_defaults(run=run_recover)
+
+    verify = sub.add_parser("verify", help="check an audit notebook against its journal and hash chain")
+    verify.add_argument("notebook")
+
+    def run_verify(a: argparse.Namespace) -> int:
+        from cellgate.gate.audit.verify import check_run
+
+        result = check_run(Path(a.notebook))
+        if result.problems:
+            for problem in result.problems:
+                say(err, ("FAILED:", "bold red"), f" {problem}")
+            return 1
+        print(clean(f"verified: {a.notebook} matches its journal and the hash chain is intact; all {result.records} "
+                    f"records are signed with this host's key {result.key_id}; {result.blobs} result blob(s) match "
+                    "their sha256"))
+        return 0
+
+    verify.set_defaults(run=run_verify)
+
+    show = sub.add_parser("show", help="summarise an audit notebook in the terminal")
+    show.add_argument("notebook")
+
+    def run_show(a: argparse.Namespace) -> int:
+        from cellgate.gate.audit.show import show as summarise
+
+        summarise(Path(a.notebook))
+        return 0
+
+    show.set_defaults(run=run_show)
+
+    report = sub.add_parser("report", help="write a self-contained, inert HTML page of a run")
+    report.add_argument("notebook")
+    report.add_argument("-o", "--output", required=True, help="the .html file to write")
+
+    def run_report(a: argparse.Namespace) -> int:
+        from cellgate.gate.audit.report import write_report
+
+        print(f"wrote {write_report(Path(a.notebook), Path(a.output))}")
+        return 0
+
+    report.set_defaults(run=run_report)
+
+
+def _add_replay(sub: Any) -> None:
+    p = sub.add_parser("replay", help="rerun a recorded run with its recorded tool results")
+    p.add_argument("notebook", help="the audit notebook of the run")
+    p.add_argument("--live", nargs="+", default=[], metavar="TOOL",
+                   help="send these tools to the real gate (policy and approvals apply)")
+    p.add_argument("--interactive", action="store_true",
+                   help="leave the kernel running where replay stops, for a person to attach to")
+    p.add_argument("--notebook", dest="output", help="where to write the replay's own notebook")
+    p.add_argument("--config", help="cellgate.toml for the sandbox, the policy and the --live tools (default: "
+                   "$CELLGATE_CONFIG, then ./cellgate.toml unless it is in the notebook's folder)")
+    p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py",
+                   help="modules that define the --live tools (paths in the recording are never imported)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="allow isolation = \"none\" from your config: the recording's cells then run on this "
+                        "host WITHOUT gVisor")
+
+    def run(a: argparse.Namespace) -> int:
+        import signal
+
+        from cellgate.gate.ops.replay import replay
+
+        source = Path(a.notebook)
+        output = Path(a.output) if a.output else source.with_name(source.stem + ".replay.ipynb")
+
+        async def go() -> int:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
+                                   say=lambda line: print(clean(line), flush=True), tools=a.tools,
+                                   unsafe_no_sandbox=a.unsafe_no_sandbox,
+                                   note=lambda line: say(err, ("note:", "yellow"), f" {line}"))
+            return 0 if outcome.failed_cell is None or outcome.reproduced else 1
+
+        return asyncio.run(go())
+
+    p.set_defaults(run=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
+                                     "gVisor-sandboxed, every tool call gated, every cell recorded.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_exec(sub)
+    _add_install(sub)
+    _add_doctor(sub)
+    _add_policy(sub)
+    _add_approvals(sub)
+    _add_audit(sub)
+    _add_replay(sub)
+    for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
+        entry.load()(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SandboxUnavailable as exc:
+        say(err, ("error:", "bold red"), f" {exc}")
+        return 3
+    except CellgateError as exc:  # may quote a notebook, a journal, a file name or "[sandbox]": never markup
+        say(err, ("error:", "bold red"), f" {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``cellgate doctor``: checks gVisor, its platform and a real sandboxed kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from cellgate.gate._errors import CellgateError, SandboxUnavailable
+from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
+from cellgate.gate.sandbox.container import reap_leftovers, run_root
+from cellgate.gate.sandbox.snapshot import prune
+from cellgate.gate._versions import versions
+
+console = Console(highlight=False)
+
+PROBE_TOOL = '''
+def echo(text: str) -> str:
+    """Return text unchanged."""
+    return text
+'''
+
+
+def _ok(what: str, detail: str) -> None:
+    console.print(f"[green]ok[/]    {what}: {detail}")
+
+
+def _fail(what: str, detail: str, fix: str) -> None:
+    console.print(f"[red]FAIL[/]  {what}: {detail}\n      fix: {fix}")
+
+
+async def _probe_kernel() -> str:
+    from cellgate.gate.session.session import Session
+
+    with tempfile.TemporaryDirectory(prefix="cellgate-doctor-") as folder:
+        tool = Path(folder, "probe_tools.py")
+        tool.write_text(PROBE_TOOL)
+        async with Session(tools=[tool], notebook=Path(folder, "doctor.ipynb"), isolation="gvisor",
+                           cwd=folder) as session:
+            result = await session.execute("import os\nprint(tools.echo('gate-ok'), os.getuid(), 6 * 7)")
+            if result.status != "ok" or "gate-ok" not in result.stdout:
+                raise CellgateError(f"the probe cell ended {result.status}: {result.text.strip()[:300]}")
+            return f"a cell ran in gVisor and called a gated tool ({result.stdout.strip()})"
+
+
+def doctor(fix: bool = False, clean: bool = False) -> int:
+    failures = 0
+    console.print(f"cellgate doctor — Python {platform.python_version()}, "
+                  + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    if fix:
+        from cellgate.gate.ops.installer import install_debian_runsc, install_newer_runsc
+
+        if os.geteuid() != 0:
+            _fail("fix", "installing runsc needs root", "run `sudo cellgate doctor --fix`")
+            return 1
+        try:
+            install_debian_runsc()
+            _ok("installed", install_newer_runsc())
+        except SandboxUnavailable as exc:
+            _fail("install runsc", str(exc), "check apt's configuration and network access to the Debian mirror")
+            failures += 1
+    if clean:
+        reaped = reap_leftovers()
+        _ok("clean", f"removed {len(reaped)} leftover sandbox(es) from {run_root()}"
+            + (f": {', '.join(reaped)}" if reaped else ""))
+        images = run_root() / "images"
+        dropped = prune(images, 0) if images.is_dir() else 0
+        _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
+        from cellgate.gate.calls.approval import approvals_dir, withdraw_orphans
+
+        withdrawn = withdraw_orphans()
+        _ok("clean", f"withdrew {len(withdrawn)} approval request(s) left by sessions that are gone, in "
+            f"{approvals_dir()}" + (f": {', '.join(withdrawn)}" if withdrawn else ""))
+    try:
+        runsc = find()
+    except SandboxUnavailable as exc:
+        _fail("runsc", str(exc), "run `cellgate doctor --fix` as root")
+        return 1
+    _ok("runsc", f"{runsc.path} (version {runsc.version}; platforms {', '.join(runsc.platforms)})")
+    if runsc.platform == "systrap":
+        _ok("platform", "systrap")
+    else:
+        console.print(f"[yellow]warn[/]  platform: {runsc.platform} (slower; gVisor calls ptrace unsupported)\n"
+                      f"      fix: `cellgate doctor --fix` installs the newer runsc at {PREFERRED_RUNSC}")
+    if not Path("/sys/fs/cgroup").is_dir():
+        _fail("cgroups", "/sys/fs/cgroup is missing: memory and pids limits cannot be enforced",
+              "run on a host with cgroups mounted")
+        failures += 1
+    try:
+        _ok("sandbox", asyncio.run(_probe_kernel()))
+    except CellgateError as exc:
+        _fail("sandbox", str(exc), FIX_HINT)
+        failures += 1
+    console.print("[bold green]all checks passed[/]" if not failures else f"[bold red]{failures} check(s) failed[/]")
+    return 1 if failures else 0

@@ -1,0 +1,254 @@
+"""`cellgate replay`: rerun a recorded run with the recorded tool results.
+
+A fresh sandboxed kernel gets the recorded tool set (stubs from the recorded
+manifest) and re-executes the recorded cells in order. The recording is
+untrusted input: the sandbox settings, policy and live tools are the
+operator's (``replay_trust``), and recorded results are read only from the
+run's own blobs after their size and sha256 check out (``artifacts``). ``ReplayGate``
+answers each call from the recording, matched by order, tool and argument
+digest; a call that differs raises ``ReplayDivergence`` in the cell, naming
+the cell, the call and both argument sets. No call reaches a real tool unless
+it is named with ``--live`` (then policy and approvals apply). Replay stops
+at the first cell that failed in the recording and says whether the failure
+reproduced; ``--interactive`` leaves the kernel running there, behind the
+same gate and recorder, for a person to attach to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellgate.gate.audit.artifacts import ArtifactError, blob_value
+from cellgate.gate.audit.show import journal_of, load_notebook
+from cellgate.gate._errors import ConfigError
+from cellgate.gate.calls.dispatch import CallContext, CallFailed, CallRecord, Gate
+from cellgate.gate.calls.protocol import CallRequest
+from cellgate.gate.ops.replay_trust import live_tools, operator_settings
+from cellgate.gate.calls.registry import Tool, ToolRegistry
+
+
+@dataclass
+class RecordedCall:
+    tool: str
+    args: Any
+    args_sha256: str
+    ok: bool
+    result: Any
+    error: dict[str, str] | None
+    used: bool = False
+
+
+@dataclass
+class RecordedCell:
+    source: str
+    status: str
+    error: dict[str, str] | None
+    calls: list[RecordedCall] = field(default_factory=list)
+
+
+def _result(call: dict[str, Any], folder: Path, journal_file: str, where: str) -> Any:
+    if "result" in call:
+        return call["result"]
+    if call.get("result_blob"):
+        try:  # only the run's own blob, a regular file of the recorded size and sha256
+            return blob_value(folder, journal_file, call, where)
+        except ArtifactError as exc:
+            raise ArtifactError(f"{exc}; replay refuses to answer from it") from None
+    return None
+
+
+def load_recording(path: Path) -> tuple[Any, list[RecordedCell]]:
+    nb = load_notebook(path)
+    journal_file = journal_of(path, nb)
+    cells = []
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, start=1):
+        try:
+            cells.append(_recorded_cell(cell, number, path.parent, journal_file))
+        except ConfigError:  # an ArtifactError, already naming the call
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"{path}: cell {number}'s metadata.cellgate is malformed ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); the notebook is damaged or forged: check it with "
+                              "`cellgate verify`") from None
+    return nb, cells
+
+
+def _recorded_cell(cell: Any, number: int, folder: Path, journal_file: str) -> RecordedCell:
+    meta = cell.metadata.get("cellgate", {})
+    calls = []
+    for c in sorted(meta.get("calls", []), key=lambda c: int(c["seq"])):
+        where = f"cell {number}, call #{c.get('seq')} ({c.get('tool')})"
+        calls.append(RecordedCall(tool=str(c["tool"]), args=c.get("args"), args_sha256=str(c.get("args_sha256", "")),
+                                  ok=bool(c.get("ok")),
+                                  result=_result(c, folder, journal_file, where) if c.get("ok") else None,
+                                  error=_error(c.get("error"))))
+    return RecordedCell(source=str(cell.source), status=str(meta.get("status")), error=_error(meta.get("error")),
+                        calls=calls)
+
+
+def _error(value: Any) -> dict[str, str] | None:
+    return dict(value) if isinstance(value, dict) else None
+
+
+def _replayed_only(name: str) -> Any:
+    def not_live(**_: Any) -> Any:  # pragma: no cover - the replay gate never calls it
+        raise RuntimeError(f"tool {name!r} is answered from the recording")
+
+    return not_live
+
+
+def recorded_registry(nb: Any, real: dict[str, Tool]) -> ToolRegistry:
+    """The recorded tool set; the ``real`` (live) ones are the operator's own tools, never a recorded path."""
+    tools_meta = nb.metadata.cellgate.get("tools", {})
+    registry = ToolRegistry()
+    for entry in tools_meta.get("manifest", []):
+        name = entry["name"]
+        if name in real:
+            registry.add(real[name])
+            continue
+        parameters = dict(entry["parameters"])
+        properties = parameters.get("properties") or {}
+        order = [n for n in entry.get("order", []) if n in properties]
+        parameters["properties"] = {n: properties[n] for n in [*order, *(p for p in properties if p not in order)]}
+        registry.add(Tool(name, entry.get("description", ""), parameters, _replayed_only(name),
+                          source="recording", default_decision="allow"))
+    return registry
+
+
+class ReplayGate(Gate):
+    """Answers calls from a recording; only ``live`` tools reach real functions."""
+
+    def __init__(self, *args: Any, recording: list[RecordedCell], live: set[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recording = recording
+        self.live = live
+        self.cell_index = -1
+        self.position = 0
+        self.live_calls = 0
+
+    def new_cell(self) -> None:
+        super().new_cell()
+        self.cell_index += 1
+        self.position = 0
+
+    async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallContext,
+                              secrets: list[str]) -> tuple[Any, Any]:
+        if request.tool in self.live:
+            self.live_calls += 1
+            return await super()._decide_and_run(request, record, context, secrets)
+        record.decision = "replayed"
+        record.rule = "recording"
+        recorded = self._next(request, record)
+        if not recorded.ok:
+            error = recorded.error or {"kind": "failed", "message": "the recorded call failed"}
+            raise CallFailed(error.get("kind", "failed"), error.get("message", ""))  # type: ignore[arg-type]
+        return recorded.result, recorded.result
+
+    def _next(self, request: CallRequest, record: CallRecord) -> RecordedCall:
+        in_recording = 0 <= self.cell_index < len(self.recording)
+        if in_recording:
+            calls = [c for c in self.recording[self.cell_index].calls if c.tool not in self.live]
+            if self.position < len(calls):
+                expected = calls[self.position]
+                self.position += 1
+                if expected.tool == request.tool and expected.args_sha256 == record.args_sha256:
+                    expected.used = True
+                    return expected
+                raise CallFailed("divergence", (
+                    f"replay diverged in cell {self.cell_index + 1} at call {self.position}: the recording has "
+                    f"{expected.tool}({json.dumps(expected.args, sort_keys=True)}) but the program called "
+                    f"{request.tool}({json.dumps(record.args, sort_keys=True)})"))
+        # Past the recording (an interactive fix): any unused recorded call with the same tool and arguments.
+        for cell in self.recording:
+            for call in cell.calls:
+                if not call.used and call.tool == request.tool and call.args_sha256 == record.args_sha256:
+                    call.used = True
+                    return call
+        where = f"cell {self.cell_index + 1}" if in_recording else "a cell past the recording"
+        raise CallFailed("divergence", (
+            f"replay has no recorded result for {request.tool}({json.dumps(record.args, sort_keys=True)}) in {where}; "
+            f"rerun with --live {request.tool} to call the real tool"))
+
+
+@dataclass
+class ReplayOutcome:
+    cells_run: int
+    failed_cell: int | None  # 1-based index of the recorded failure replay stopped at
+    reproduced: bool | None
+    live_calls: int
+    lines: list[str]
+
+
+def same_failure(recorded: RecordedCell, status: str, error: dict[str, str] | None) -> bool:
+    if recorded.status in ("error", "interrupted"):
+        return status == recorded.status and (error or {}) == (recorded.error or {})
+    return status == recorded.status
+
+
+async def replay(path: Path, live: set[str], output: Path, config: str | None = None,
+                 interactive: bool = False, stop: Any = None, say: Any = print, *, tools: Sequence[str | Path] = (),
+                 unsafe_no_sandbox: bool = False, note: Any = None) -> ReplayOutcome:
+    """Re-execute a recorded run; with ``interactive`` keep the kernel until ``stop`` is set.
+
+    Settings, policy and live tools are the operator's (``replay_trust``);
+    ``note`` gets what the operator should know before the cells run.
+    """
+    from functools import partial
+
+    from cellgate.gate.session.session import Session
+
+    note = note or say
+    settings, config_file = operator_settings(path, config, unsafe_no_sandbox, note)
+    nb, cells = load_recording(path)
+    meta = nb.metadata.cellgate
+    real, differences = live_tools(settings, tools, live, meta.get("tools", {}).get("manifest", []), config_file)
+    for line in differences:
+        note(line)
+    registry = recorded_registry(nb, real)
+    origin = {"replay_of": {"notebook": str(path.resolve()), "session_id": meta.get("session_id"),
+                            "journal": meta.get("journal"), "live": sorted(live),
+                            "config": str(config_file) if config_file else None,
+                            "live_differences": differences}}
+    factory = partial(ReplayGate, recording=cells, live=live)
+    lines: list[str] = []
+    failed_at, reproduced = None, None
+    # The operator's settings are handed over whole: nothing is looked up again from a working directory.
+    session = Session(settings=settings, tools=list(tools), notebook=output, registry=registry,
+                      gate_factory=factory, metadata=origin)
+    await session.start()
+    try:
+        gate = session.provisioner.service.gate  # type: ignore[union-attr]
+        for index, recorded in enumerate(cells, start=1):
+            result = await session.execute(recorded.source)
+            note = f"cell {index}: recorded {recorded.status}, replayed {result.status}"
+            lines.append(note)
+            say(note)
+            if recorded.status != "ok":
+                failed_at, reproduced = index, same_failure(recorded, result.status, result.error)
+                verdict = "reproduced" if reproduced else "did NOT reproduce"
+                detail = f" ({(recorded.error or {}).get('ename')}: {(recorded.error or {}).get('evalue')})" \
+                    if recorded.error else ""
+                lines.append(f"the recorded failure of cell {index}{detail} {verdict}")
+                say(lines[-1])
+                break
+            if result.status != "ok":
+                lines.append(f"cell {index} failed in replay but not in the recording: "
+                             f"{(result.error or {}).get('ename')}: {(result.error or {}).get('evalue')}")
+                say(lines[-1])
+                failed_at, reproduced = index, False
+                break
+        say(f"live calls: {gate.live_calls}; replay notebook: {session.notebook_path}")
+        if interactive:
+            say(f"the kernel is left running at that point; attach with:\n"
+                f"  jupyter console --existing {session.connection_file}\n"
+                f"(or open that connection file in JupyterLab). Cells you run there are gated and recorded. "
+                f"Ctrl-C ends the replay.")
+            await stop.wait()
+        return ReplayOutcome(len(lines), failed_at, reproduced, gate.live_calls, lines)
+    finally:
+        await session.shutdown()

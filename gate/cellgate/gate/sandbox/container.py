@@ -1,0 +1,401 @@
+"""Running one kernel in gVisor: its run folder, the runsc process, its reaper.
+
+Each sandbox gets a run folder under ``run_root()`` holding the OCI bundle,
+the runsc state, a generated /etc, the kernel's connection file, the
+generated tools package and the (empty, 0700) folder where the kernel binds
+its ipc sockets: a small tmpfs the host mounts (``mounts``), unmounted with
+the sandbox. A small reaper process, started with each sandbox, deletes
+it if the host process dies without doing so (even by SIGKILL); anything a
+crash still leaves behind is reaped by the next start or `cellgate doctor --clean`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import cellgate.kernel
+
+from cellgate.gate.sandbox import mounts
+from cellgate.gate.sandbox import oci
+from cellgate.gate.sandbox import snapshot
+from cellgate.gate._errors import SandboxError
+from cellgate.gate.sandbox.runsc import Runsc
+
+Isolation = Literal["gvisor", "none"]
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+OWNER_FILE = "owner.json"
+ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
+
+
+def run_root() -> Path:
+    """Where run folders live: /run/cellgate as root, else the user's runtime dir."""
+    base = os.environ.get("CELLGATE_RUN_ROOT")
+    if base:
+        return Path(base)
+    if os.geteuid() == 0:
+        return Path("/run/cellgate")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/cellgate-{os.geteuid()}"
+    return Path(runtime) / "cellgate"
+
+
+def kernel_python_path() -> str:
+    """The folder that holds the ``cellgate/kernel`` package (mounted read-only)."""
+    return str(Path(cellgate.kernel.__file__).resolve().parent.parent.parent)
+
+
+def python_dirs() -> tuple[str, ...]:
+    dirs = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), kernel_python_path()}
+    return tuple(sorted(dirs))
+
+
+def _process_start_time(pid: int) -> str | None:
+    """The start time of a live process (None if gone or a zombie), to detect pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def owner_alive(owner: Mapping[str, Any]) -> bool:
+    pid = owner.get("pid")
+    return isinstance(pid, int) and _process_start_time(pid) == owner.get("start_time")
+
+
+def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
+    """Kill and delete a sandbox; quiet if it is already gone."""
+    for argv in (
+        [runsc_path, f"--root={state}", "kill", "--all", sandbox_id, "KILL"],
+        [runsc_path, f"--root={state}", "delete", "--force", sandbox_id],
+    ):
+        try:
+            subprocess.run(argv, capture_output=True, timeout=30, env={"PATH": HOST_PATH})
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def reap_leftovers(root: Path | None = None) -> list[str]:
+    """Delete sandboxes whose owning host process is gone; returns their ids."""
+    root = root or run_root()
+    reaped = []
+    if not root.is_dir():
+        return reaped
+    for folder in root.iterdir():
+        owner_file = folder / OWNER_FILE
+        try:
+            owner = json.loads(owner_file.read_text())
+        except (OSError, ValueError):
+            # A host that died while preparing a sandbox leaves a mounted socket folder and no owner record.
+            if mounts.mounts_under(folder) and _age(folder) > ORPHAN_MOUNT_AGE:
+                mounts.unmount_under(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                reaped.append(folder.name)
+            continue
+        if owner_alive(owner):
+            continue
+        if owner.get("runsc"):
+            delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)
+        else:
+            pid = owner.get("kernel_pid")
+            if isinstance(pid, int) and _process_start_time(pid) == owner.get("kernel_start_time"):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
+        shutil.rmtree(folder, ignore_errors=True)
+        reaped.append(folder.name)
+    return reaped
+
+
+def _age(folder: Path) -> float:
+    try:
+        return time.time() - folder.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    isolation: Isolation
+    runsc: Runsc | None
+    limits: oci.Limits
+    reply_wait: float
+    workspace: str | None = None
+    restricted: tuple[str, ...] | None = None  # restricted mode's extra imports; None: off
+    snapshot: bool = False  # gVisor only: restore from a snapshot image of a started kernel (see ``snapshot``)
+    start_timeout: float = 60.0
+
+
+class Sandbox:
+    """One sandboxed kernel: create with ``start()``, end with ``delete()``."""
+
+    def __init__(self, config: SandboxConfig, tools_files: Mapping[str, str], key: str,
+                 snapshot_build: bool = False) -> None:
+        if config.isolation == "gvisor" and config.runsc is None:
+            raise SandboxError("a gVisor sandbox needs runsc")
+        self.config = config
+        self.snapshot_build = snapshot_build  # started without a connection file, to be checkpointed
+        self.image: Path | None = None  # the snapshot image it was restored from
+        self.snapshot_problem: str | None = None  # why it was not, when it should have been
+        self._spec_text = ""
+        self.id = "cg-" + secrets.token_hex(6)
+        self.root = run_root() / self.id
+        self.key = key
+        self._tools_files = dict(tools_files)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self.ports = {f"{c}_port": i + 1 for i, c in enumerate(CHANNELS)}
+
+    # -- paths
+    def path(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    @property
+    def ipc_prefix(self) -> str:
+        return str(self.path("ipc", "k"))
+
+    def endpoint(self, channel: str) -> str:
+        return f"ipc://{self.ipc_prefix}-{self.ports[channel + '_port']}"
+
+    # -- lifecycle
+    def _prepare(self) -> list[str]:
+        run_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.mkdir(mode=0o700)
+        for part in ("bundle/rootfs", "etc", "ipc", "conn", "tools", "state", "log"):
+            self.path(*part.split("/")).mkdir(parents=True)
+        uid, gid = oci.SANDBOX_UID, oci.SANDBOX_GID
+        for name, text in oci.etc_files().items():
+            self.path("etc", name).write_text(text)
+        for relative, source in self._tools_files.items():
+            target = self.path("tools", *relative.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(source)
+        connection = {
+            **self.ports,
+            "transport": "ipc",
+            "ip": f"{oci.IPC_DIR}/k" if self.config.isolation == "gvisor" else self.ipc_prefix,
+            "key": self.key,
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": "cellgate",
+        }
+        if not self.snapshot_build:
+            self.path("conn", "kernel.json").write_text(json.dumps(connection))
+        kernel_argv = [
+            sys.executable,
+            "-m", "cellgate.kernel",
+            "-f", oci.CONNECTION_FILE if self.config.isolation == "gvisor" else str(self.path("conn", "kernel.json")),
+            "--HistoryManager.enabled=False",
+            "--IPKernelApp.parent_handle=0",
+        ]
+        if self.config.isolation == "gvisor":
+            if self.config.workspace:
+                mounts.check_workspace(self.config.workspace, self.config.limits.workspace_bytes)
+            # The socket folder is the one host folder the sandbox writes to: a small tmpfs, not the host's disk.
+            mounts.mount_tmpfs(self.path("ipc"), mounts.IPC_BYTES, uid, gid)
+            # The sandbox user owns its own read-only folders (so a write there is
+            # EROFS, not EACCES) and the socket folder, which holds nothing else.
+            for part in ("bundle/rootfs", "etc", "tools", "ipc", "conn"):
+                os.chown(self.path(*part.split("/")), uid, gid)
+            if not self.snapshot_build:
+                self.path("conn", "kernel.json").chmod(0o400)
+                os.chown(self.path("conn", "kernel.json"), uid, gid)
+            for name, target in oci.rootfs_links().items():
+                os.symlink(target, self.path("bundle", "rootfs", name))
+            layout = oci.Layout(
+                bundle=str(self.path("bundle")), etc=str(self.path("etc")), ipc=str(self.path("ipc")),
+                conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=python_dirs(),
+                workspace=self.config.workspace,
+            )
+            env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
+                                  self.config.restricted)
+            spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id)
+            self._spec_text = json.dumps(spec, indent=1)
+            self.path("bundle", "config.json").write_text(self._spec_text)
+            assert self.config.runsc is not None
+            return oci.runsc_argv(
+                self.config.runsc.path, str(self.path("state")), self.config.runsc.platform,
+                str(self.path("bundle")), self.id, image=self._snapshot_image(),
+            )
+        return kernel_argv
+
+    # -- snapshots
+    def _snapshot_image(self) -> str | None:
+        """The image to restore from, built first if this configuration has none; None: start cold."""
+        if not self.config.snapshot or self.snapshot_build or self.config.runsc is None:
+            return None
+        try:
+            key = snapshot.image_key(self._spec_text, str(self.root), self.config.runsc)
+            self.image = snapshot.ensure_image(run_root() / "images", key, self._build_image)
+        except (SandboxError, OSError) as exc:
+            self.snapshot_problem = str(exc)[:500]
+            return None
+        return str(self.image)
+
+    def _build_image(self, target: Path) -> None:
+        """Start a sandbox of this configuration without a connection file and checkpoint it once ready."""
+        assert self.config.runsc is not None
+        build = Sandbox(self.config, {}, "", snapshot_build=True)
+        try:
+            build.start()
+            marker = build.path("ipc", oci.SNAPSHOT_READY)
+            deadline = time.monotonic() + self.config.start_timeout
+            while not marker.exists():
+                if build.poll() is not None or time.monotonic() > deadline:
+                    raise SandboxError(f"the sandbox for a snapshot image did not get ready: {build.log_tail()}")
+                time.sleep(0.01)  # polling the socket folder for the kernel's marker
+            done = subprocess.run(
+                oci.checkpoint_argv(self.config.runsc.path, str(build.path("state")), build.id, str(target)),
+                capture_output=True, text=True, timeout=self.config.start_timeout, env={"PATH": HOST_PATH})
+            if done.returncode != 0:
+                raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        except subprocess.TimeoutExpired:
+            raise SandboxError("runsc checkpoint did not finish in time") from None
+        finally:
+            build.delete()
+
+    def discard_image(self) -> None:
+        """The image did not restore: drop it, so the next start builds a fresh one."""
+        if self.image is not None:
+            snapshot.discard(self.image.parent, self.image.name)
+
+    def start(self) -> None:
+        argv = self._prepare()
+        os.chmod(self.path("ipc"), 0o700)
+        log = open(self.path("log", "sandbox.log"), "wb")
+        if self.config.isolation == "gvisor":
+            env: dict[str, str] = {}  # runsc gets no environment at all, the host's least of all
+            cwd = str(self.root)
+        else:
+            env = dict(oci.parse_env(oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
+                                  self.config.restricted)))
+            env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
+            env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
+            env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))
+            env["CELLGATE_OUTPUT_LOG"] = str(self.path("ipc", oci.OUTPUT_LOG))
+            cwd = str(self.path("log"))
+        self.process = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        owner = {
+            "pid": os.getpid(), "start_time": _process_start_time(os.getpid()),
+            "runsc": self.config.runsc.path if self.config.isolation == "gvisor" and self.config.runsc else None,
+            "kernel_pid": self.process.pid, "kernel_start_time": _process_start_time(self.process.pid),
+        }
+        self.path(OWNER_FILE).write_text(json.dumps(owner))
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-P", str(Path(__file__).with_name("reaper.py")), str(self.root)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, env={"PATH": HOST_PATH, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+
+    def wait_for_sockets(self, timeout: float) -> None:
+        """Wait until the kernel has bound every socket, checking each path with lstat."""
+        deadline = time.monotonic() + timeout
+        expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" else os.geteuid()
+        pending = set(CHANNELS)
+        wrong_owner: dict[str, int] = {}
+        while pending:
+            for channel in sorted(pending):
+                path = self.endpoint(channel).removeprefix("ipc://")
+                try:
+                    info = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISSOCK(info.st_mode):
+                    self.delete()
+                    raise SandboxError(
+                        f"the kernel's {channel} endpoint {path} is not a socket (mode {oct(info.st_mode)}); "
+                        "refusing to connect"
+                    )
+                if info.st_uid != expected_uid:
+                    # gVisor's gofer creates the socket file, then hands it to the sandbox
+                    # user: a moment of root ownership is expected; anything longer is not.
+                    wrong_owner[channel] = info.st_uid
+                    continue
+                wrong_owner.pop(channel, None)
+                pending.discard(channel)
+            unexpected = set(os.listdir(self.path("ipc"))) - {
+                os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
+            } - {oci.OUTPUT_LOG}
+            if unexpected:
+                self.delete()
+                raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")
+            if not pending:
+                return
+            if self.process is not None and self.process.poll() is not None:
+                raise SandboxError(
+                    f"the sandboxed kernel exited with code {self.process.returncode} before it was ready: "
+                    f"{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.delete()
+                if wrong_owner:
+                    raise SandboxError(f"the kernel's sockets {sorted(wrong_owner)} are not owned by uid "
+                                       f"{expected_uid} (owners {sorted(set(wrong_owner.values()))}); refusing to connect")
+                raise SandboxError(f"the sandboxed kernel was not ready within {timeout:g} s: {self.log_tail()}")
+            time.sleep(0.02)  # polling the file system for the kernel's sockets
+
+    def log_tail(self, limit: int = 1500) -> str:
+        try:
+            return self.path("log", "sandbox.log").read_text(errors="replace")[-limit:].strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def poll(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def kill(self) -> None:
+        """Stop the kernel now (the run folder stays until ``delete``)."""
+        if self.config.isolation == "gvisor" and self.config.runsc is not None:
+            delete_sandbox(self.config.runsc.path, str(self.path("state")), self.id)
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def delete(self) -> None:
+        """Kill the kernel, remove the run folder and dismiss the reaper."""
+        self.kill()
+        mounts.unmount_under(self.root)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self._reaper is not None and self._reaper.stdin is not None:
+            try:
+                self._reaper.stdin.write(b"done\n")
+                self._reaper.stdin.close()
+            except OSError:
+                pass
+            self._reaper.wait(timeout=30)
+            self._reaper = None
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"isolation": self.config.isolation, "id": self.id}
+        if self.config.runsc is not None and self.config.isolation == "gvisor":
+            info.update(self.config.runsc.describe())
+        limits = self.config.limits
+        info["limits"] = {
+            "memory_bytes": limits.memory_bytes, "pids": limits.pids, "open_files": limits.open_files,
+            "tmp_bytes": limits.tmp_bytes, "address_space_bytes": limits.address_space_bytes,
+        }
+        info["network"] = "none"
+        if self.config.isolation == "gvisor":
+            info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
+        return info

@@ -1,0 +1,175 @@
+"""The host's own bounds against a hostile kernel: message sizes and refused calls.
+
+``HostBounds`` holds the configured limits (``[sandbox] max_message_mb`` and
+``max_refusals_per_cell``). ``RefusalLedger`` keeps one cell's refused calls
+within its budget: identical refusals are recorded once and counted, the
+budget counts every refusal, and past it nothing more is recorded but a
+summary (count, first and last tool) when the cell ends. ``json_values``
+counts what a message would cost to parse before the host parses it.
+``watch_overflow`` tells a frame refused by ``ZMQ_MAXMSGSIZE`` from a kernel
+that went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from json.decoder import scanstring
+from typing import Any, Literal
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from cellgate.gate.calls.dispatch import CallRecord, canonical_json
+from cellgate.gate.calls.protocol import ProtocolError, strict_loads
+
+# Error kinds of a call the gate refused before any tool ran.
+REFUSED_KINDS = frozenset({"not_found", "invalid", "denied", "budget", "rate_limited"})
+# A refused call's arguments are recorded up to this size; beyond it only their size and digest.
+REFUSED_ARGS_BYTES = 2048
+
+
+# JSON values one output may hold: parsed, each costs the host ~50-100 bytes whatever its text
+# size ("[]," is 3 bytes of text and a 56-byte list), so a message's cost is bounded by this,
+# not only by its size. A plot of tens of thousands of points fits; past it the output is
+# counted as dropped, never parsed. Counting them costs at most ~0.5 s of host CPU per message.
+MAX_OUTPUT_VALUES = 100_000
+
+
+def json_values(body: bytes, cap: int = MAX_OUTPUT_VALUES) -> int:
+    """How many JSON values ``body`` holds, counted without building them; stops once past ``cap``.
+
+    Commas, brackets and braces outside strings, plus the strings: each string is skipped by
+    the json module's C scanner, so the Python work is one step per string, at most ``cap``.
+    """
+    if body.count(b",") + body.count(b"[") + body.count(b"{") + body.count(b'"') // 2 <= cap:
+        return 0  # cannot be over (strings' contents included): no scan
+    text = body.decode("utf-8", "replace")
+    count = pos = 0
+    while count <= cap:
+        quote = text.find('"', pos)
+        end = len(text) if quote < 0 else quote
+        count += text.count(",", pos, end) + text.count("[", pos, end) + text.count("{", pos, end)
+        if quote < 0:
+            break
+        try:
+            pos = scanstring(text, quote + 1)[1]
+        except ValueError:
+            break  # not valid JSON: the parser rejects it
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class HostBounds:
+    max_message_bytes: int = 64 << 20
+    max_refusals_per_cell: int = 100
+
+
+def is_refusal(record: CallRecord) -> bool:
+    return not record.ok and (record.error or {}).get("kind") in REFUSED_KINDS and record.decision != "approved"
+
+
+@dataclass
+class RefusalLedger:
+    """One cell's refused calls: counted against its budget, coalesced, summarised past it."""
+
+    budget: int
+    count: int = 0
+    dropped: int = 0
+    first_dropped: str | None = None
+    last_dropped: str | None = None
+    # (tool, kind, message, args digest) -> [seq of the recorded refusal, repeats not recorded]
+    seen: dict[tuple[str, str, str, str], list[int]] = field(default_factory=dict)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.count >= self.budget
+
+    def note(self, tool: str, record: CallRecord | None = None) -> Literal["record", "coalesced", "dropped"]:
+        """Count one refusal; says whether to record it, fold it into an identical one, or drop it."""
+        self.count += 1
+        if self.count > self.budget:
+            self.dropped += 1
+            self.first_dropped = self.first_dropped or tool
+            self.last_dropped = tool
+            return "dropped"
+        if record is None:
+            return "record"  # journalled elsewhere (a malformed request)
+        error = record.error or {}
+        key = (record.tool, str(error.get("kind")), str(error.get("message")), record.args_sha256)
+        if key in self.seen:
+            self.seen[key][1] += 1
+            return "coalesced"
+        self.seen[key] = [record.seq, 0]
+        shrink_args(record)
+        return "record"
+
+    def summary(self) -> list[tuple[str, dict[str, Any]]]:
+        """The journal events that close the cell's account of its refusals."""
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("refusals-coalesced", {"call_seq": seq, "tool": key[0], "repeated": repeats})
+            for key, (seq, repeats) in self.seen.items() if repeats]
+        if self.dropped:
+            events.append(("refusals-dropped", {"count": self.dropped, "first_tool": self.first_dropped,
+                                                "last_tool": self.last_dropped, "budget": self.budget}))
+        return events
+
+
+def shrink_args(record: CallRecord) -> None:
+    """A refused call's large arguments are kept as their size (the digest is in args_sha256)."""
+    size = len(canonical_json(record.args).encode())
+    if size > REFUSED_ARGS_BYTES:
+        record.args = {"(not recorded)": f"{size} bytes of arguments of a refused call; see args_sha256"}
+
+
+OVERFLOW_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+async def watch_overflow(monitor: zmq.asyncio.Socket, on_overflow: Callable[[], None]) -> None:
+    """Call ``on_overflow`` each time the monitored socket's peer sent a frame over its size bound.
+
+    ``monitor`` watches ``OVERFLOW_EVENTS``. libzmq ends the connection of a peer that sends a
+    frame over ZMQ_MAXMSGSIZE as a protocol error, and then never reconnects; a connection
+    error (the kernel went away) is followed at once by a retry.
+    """
+    while True:
+        event = parse_monitor_message(await monitor.recv_multipart())
+        if event["event"] != zmq.EVENT_DISCONNECTED:
+            continue
+        try:
+            await asyncio.wait_for(monitor.recv_multipart(), 1.0)
+            continue  # libzmq is retrying: not an overflow
+        except TimeoutError:
+            on_overflow()
+
+
+def reopen(sock: zmq.Socket[Any], endpoint: str) -> None:
+    """Connect again after an overflow (libzmq does not, after a protocol error)."""
+    try:
+        sock.disconnect(endpoint)
+    except zmq.ZMQError:
+        pass
+    sock.connect(endpoint)
+
+
+def read_unparsed(session: Any, frames: list[bytes], header_cap: int, metadata_cap: int) -> tuple[list[bytes], Any]:
+    """(identities, message) with the signature checked and headers parsed within their caps; the
+    content is left as bytes for ``content_within``. Raises on anything malformed."""
+    idents, rest = session.feed_identities(frames)
+    if len(rest) < 5:
+        raise ProtocolError(f"{len(rest)} frames after the delimiter")
+    if len(rest[1]) > header_cap or len(rest[2]) > header_cap or len(rest[3]) > metadata_cap:
+        raise ProtocolError(f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
+    return idents, session.deserialize(rest, content=False)
+
+
+def content_within(msg: Any, cap: int) -> dict[str, Any] | None:
+    """Parse a message's content if it is at most ``cap`` bytes (else None): the host never parses more."""
+    body = msg["content"]
+    if len(body) > cap:
+        return None
+    content = strict_loads(body)
+    return content if isinstance(content, dict) else {}

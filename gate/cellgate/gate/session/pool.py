@@ -1,0 +1,119 @@
+"""A warm pool of sandboxed sessions: started ahead, each handed out once.
+
+``acquire()`` returns a session whose sandbox is already up (the ~1.5 s
+gVisor start is paid in the background) and starts its replacement. A
+session is never reused: ``release()`` shuts it down, so no state or file
+crosses from one user to the next. ``max_sessions`` caps how many exist at
+once; past it, ``acquire()`` waits up to ``acquire_timeout`` and then raises
+``PoolExhausted`` saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+from cellgate.gate._errors import SessionError
+from cellgate.gate.session.session import Session
+
+
+class PoolExhausted(SessionError):
+    code = "pool-exhausted"
+
+
+class Pool:
+    def __init__(self, size: int, *, max_sessions: int | None = None, acquire_timeout: float = 60.0,
+                 notebook_dir: str | Path | None = None, **session_options: Any) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be at least 1, got {size}")
+        self.size = size
+        self.max_sessions = max_sessions or size * 4
+        self.acquire_timeout = acquire_timeout
+        self._options = session_options
+        self._notebook_dir = Path(notebook_dir) if notebook_dir else None
+        self._ready: asyncio.Queue[Session] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self.max_sessions)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._numbers = itertools.count(1)
+        self._closed = False
+        self._errors: list[BaseException] = []
+
+    async def start(self) -> Pool:
+        for _ in range(self.size):
+            self._warm()
+        return self
+
+    def _warm(self) -> None:
+        task = asyncio.ensure_future(self._start_one())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self) -> None:
+        await self._slots.acquire()
+        options = dict(self._options)
+        if self._notebook_dir is not None:
+            options["notebook"] = self._notebook_dir / f"pool-{next(self._numbers)}.ipynb"
+        session = Session(**options)
+        try:
+            await session.start()
+        except BaseException as exc:
+            self._slots.release()
+            self._errors.append(exc)
+            raise
+        if self._closed:
+            await self._discard(session)
+            return
+        await self._ready.put(session)
+
+    @property
+    def warm(self) -> list[Session]:
+        """The sessions started and waiting to be handed out."""
+        return list(self._ready._queue)  # type: ignore[attr-defined]
+
+    async def wait_warm(self, count: int | None = None, timeout: float = 120.0) -> None:
+        """Wait until ``count`` (default: size) sessions are ready."""
+        async with asyncio.timeout(timeout):
+            while len(self.warm) < (count or self.size):
+                if self._errors:
+                    raise self._errors[-1]
+                await asyncio.sleep(0.05)
+
+    async def acquire(self) -> Session:
+        """A started session for one user; its replacement starts now."""
+        if self._closed:
+            raise PoolExhausted("the pool is closed")
+        try:
+            session = await asyncio.wait_for(self._ready.get(), self.acquire_timeout)
+        except TimeoutError:
+            detail = f"; the last start failed: {self._errors[-1]}" if self._errors else ""
+            raise PoolExhausted(
+                f"no sandboxed session became free within {self.acquire_timeout:g} s (at most "
+                f"{self.max_sessions} exist at once){detail}; release sessions or raise max_sessions") from None
+        self._warm()
+        return session
+
+    async def release(self, session: Session) -> None:
+        """End a session for good (sessions are never handed out twice)."""
+        await self._discard(session)
+
+    async def _discard(self, session: Session) -> None:
+        try:
+            await session.shutdown()
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        while not self._ready.empty():
+            await self._discard(self._ready.get_nowait())
+
+    async def __aenter__(self) -> Pool:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
