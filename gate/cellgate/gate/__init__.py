@@ -13,9 +13,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from cellgate.gate._errors import (CellgateError, ConfigError, KernelDied, SandboxError, SandboxUnavailable,
-                                       SessionError)
+if TYPE_CHECKING:  # noqa: F401 (names for type checkers; the face imports them lazily)
+    from cellgate.gate._errors import (
+        CellgateError,
+        ConfigError,
+        KernelDied,
+        SandboxError,
+        SandboxUnavailable,
+        SessionError,
+    )
     from cellgate.gate.calls.dispatch import Secret
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
     from cellgate.gate.config import Settings, load_settings

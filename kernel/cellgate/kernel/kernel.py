@@ -28,7 +28,6 @@ from traitlets import Float
 
 from . import outlog, runtime
 
-
 THREAD_STACK_BYTES = 2 << 20
 
 

@@ -70,8 +70,12 @@ class RestrictedRunner:
     def __init__(self, imports: frozenset[str], preload: dict[str, Any]) -> None:
         from RestrictedPython import limited_builtins, safe_builtins
         from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-        from RestrictedPython.Guards import (full_write_guard, guarded_iter_unpack_sequence,
-                                             guarded_unpack_sequence, safer_getattr)
+        from RestrictedPython.Guards import (
+            full_write_guard,
+            guarded_iter_unpack_sequence,
+            guarded_unpack_sequence,
+            safer_getattr,
+        )
 
         self.imports = DEFAULT_IMPORTS | imports
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import secrets
 import sys
 import threading
-import itertools
-import secrets
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Final

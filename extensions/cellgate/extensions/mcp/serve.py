@@ -30,9 +30,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from cellgate.gate import Pool, Session, Settings, ToolRegistry
+from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.redaction import trim
 from cellgate.gate.calls.sources import close_sources, open_sources
-from cellgate.gate.calls import stubgen
 from cellgate.kernel import runtime
 
 OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result; the notebook keeps everything

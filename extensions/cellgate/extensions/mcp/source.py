@@ -30,9 +30,9 @@ from mcp_types import CONNECTION_CLOSED, CallToolResult
 from mcp_types import Tool as McpTool
 
 from cellgate.gate import ConfigError, Settings, Tool
-from cellgate.gate.config import McpServer
 from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate.calls.sources import ToolSource
+from cellgate.gate.config import McpServer
 
 from .names import python_names
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def canonical_value(value: Any) -> Any:
     """JSON data with numbers compared by value (``300.0`` == ``300``) and dict order ignored by callers."""
     if isinstance(value, bool) or value is None or isinstance(value, str):

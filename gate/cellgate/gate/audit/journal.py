@@ -23,7 +23,6 @@ capped at ``MAX_RECORD_BYTES``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -33,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate import _hostkey as hostkey
-from cellgate.gate.audit.artifacts import open_regular
 from cellgate.gate._faults import failpoint
+from cellgate.gate._json import canonical_json, digest, sha256_hex, utcnow
+from cellgate.gate.audit.artifacts import open_regular
 
 GENESIS = "0" * 64
 MAC_PURPOSE = "journal-record"
@@ -60,14 +60,10 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _canonical(body: dict[str, Any]) -> str:
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def record_hash(record: dict[str, Any]) -> str:
     """sha256 of the record's canonical JSON without its ``hash`` and ``mac`` fields."""
     body = {k: v for k, v in record.items() if k not in ("hash", "mac")}
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+    return digest(body)
 
 
 def record_mac(key: hostkey.HostKey, record_hash_hex: str) -> str:
@@ -99,20 +95,19 @@ class Journal:
 
     def append(self, event: str, sync: bool = False, **data: Any) -> dict[str, Any]:
         """Write one record (fsync'd if ``sync``); raises JournalError once broken."""
-        from cellgate.gate.calls.dispatch import utcnow
 
         with self._lock:
             if self.broken:
                 raise JournalError(f"the audit journal {self.path} cannot be written: {self.broken}")
             record = {"seq": self.seq + 1, "time": utcnow(), "event": event, **data, "prev": self.head}
             try:
-                text = _canonical(record)
+                text = canonical_json(record)
                 text.encode()
             except (ValueError, TypeError):  # kernel-supplied text with a lone surrogate, NaN and the like
                 record = json_safe(record)
-                text = _canonical(record)
+                text = canonical_json(record)
             # The line is the canonical text the hash is taken over, with the hash added last.
-            record["hash"] = hashlib.sha256(text.encode()).hexdigest()
+            record["hash"] = sha256_hex(text)
             record["mac"] = record_mac(self.key, record["hash"])
             line = f'{text[:-1]},"hash":"{record["hash"]}","mac":"{record["mac"]}"}}\n'
             try:

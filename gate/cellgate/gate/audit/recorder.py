@@ -17,8 +17,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,9 +28,10 @@ from nbformat.v4 import new_markdown_cell, new_notebook, output_from_msg
 from nbformat.v4.rwbase import split_lines
 
 from cellgate.gate._faults import failpoint
-from cellgate.gate.calls.dispatch import CallRecord, canonical_json
+from cellgate.gate._json import canonical_json, write_atomically
 from cellgate.gate.audit.journal import Journal, JournalError, integrity, json_safe, read_journal
 from cellgate.gate.audit.sanitize import sanitize_output
+from cellgate.gate.calls.dispatch import CallRecord
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
 # code: a program the kernel ran; direct: a tool the model called on its own turn
@@ -276,30 +275,6 @@ class Reducer:
         metadata = json.dumps(self._notebook_metadata(journal_name), sort_keys=True, indent=1, ensure_ascii=False)
         return (f'{{\n "cells": [\n{",".join(parts)}\n ],\n "metadata": {metadata},\n'
                 f' "nbformat": 4,\n "nbformat_minor": 5\n}}\n')
-
-
-def write_atomically(path: Path, text: str, durable: bool = True) -> None:
-    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too."""
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        failpoint("notebook-write")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    if not durable:
-        return
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def journal_path(notebook: Path) -> Path:

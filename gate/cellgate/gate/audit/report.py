@@ -23,9 +23,9 @@ from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from pygments.formatters import HtmlFormatter
 
+from cellgate.gate._json import write_atomically
 from cellgate.gate.audit.show import claims_text, load_notebook
 from cellgate.gate.calls.redaction import visible
-from cellgate.gate.audit.recorder import write_atomically
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
        "frame-src 'none'; object-src 'none'; script-src 'none'; connect-src 'none'")

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._terminal import reveal
+from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
 
 
 def load_notebook(path: Path) -> Any:

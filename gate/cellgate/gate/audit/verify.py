@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate import _hostkey as hostkey
-from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
-from cellgate.gate.audit.show import journal_of, load_notebook
-from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata
 from cellgate.gate._errors import ConfigError
+from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
+from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import Reducer
+from cellgate.gate.audit.show import journal_of, load_notebook
 
 ENDINGS = ("session-ended", "recovered")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import hashlib
 import inspect
 import json
 import os
@@ -31,6 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._json import canonical_json, digest, write_atomically
 from cellgate.gate._terminal import head_and_tail, reveal
 
 ENTRY_POINT_GROUP = "cellgate.approvers"
@@ -142,14 +142,14 @@ def describe_full(request: ApprovalRequest) -> tuple[str, bool]:
     """`cellgate approvals show`: the complete arguments, every hidden code point escaped and nothing
     folded, and whether their digest is the one the approval is bound to."""
     text = json.dumps(request.args, ensure_ascii=False, sort_keys=True, indent=2)
-    digest = args_digest(request.args)
-    matches = digest == request.args_sha256
+    args_sha256 = args_digest(request.args)
+    matches = args_sha256 == request.args_sha256
     lines = [
         f"request:   {reveal(request.id)} (session {reveal(request.session)}, call {request.seq})",
         f"tool:      {reveal(request.tool)}",
         "arguments (complete; every invisible, format, bidi and non-ASCII space character escaped):",
         *("  " + reveal(line, compress=False) for line in text.split("\n")),
-        f"sha256:    {digest} ({len(canonical_args(request.args)):,} bytes of canonical JSON)",
+        f"sha256:    {args_sha256} ({len(canonical_json(request.args).encode()):,} bytes of canonical JSON)",
     ]
     if not matches:
         lines.append(f"MISMATCH:  the request names the digest {reveal(request.args_sha256)}; "
@@ -230,9 +230,7 @@ class QueueApprover(Approver):
 
 
 def write_json_atomically(path: Path, data: Any) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(data))
-    os.replace(temp, path)
+    write_atomically(path, json.dumps(data))
 
 
 WITHDRAWN_KEPT_SECONDS = 7 * 24 * 3600  # how long `approve ID` can still say why a request is gone
@@ -361,12 +359,8 @@ def pending_requests(folder: Path | None = None) -> list[dict[str, Any]]:
     return requests
 
 
-def canonical_args(args: dict[str, Any]) -> bytes:
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def args_digest(args: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_args(args)).hexdigest()
+    return digest(args)
 
 
 def load_approver(spec: str | Approver | Callable[..., Any]) -> Approver:

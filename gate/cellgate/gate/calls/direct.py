@@ -14,11 +14,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from cellgate.kernel.errors import error_for
-
+from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls.dispatch import CallContext, CallRecord, Gate
 from cellgate.gate.calls.protocol import CallRequest
-from cellgate.gate.audit.recorder import Recorder
+from cellgate.kernel.errors import error_for
 
 PREVIEW_CHARS = 4000
 

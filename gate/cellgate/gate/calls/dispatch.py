@@ -21,44 +21,29 @@ import asyncio
 import collections
 import dataclasses
 import functools
-import hashlib
 import inspect
 import itertools
-import json
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Literal
 
 import jsonschema
 import pydantic_core
 
-from cellgate.kernel.wire import ErrorKind
-
-from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate._errors import SourceUnavailable
-from cellgate.gate.calls.redaction import redact
+from cellgate.gate._json import canonical_json, iso, sha256_hex, utcnow
+from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.policy import Call, Counters, Policy, evaluate
 from cellgate.gate.calls.protocol import CallRequest
-from cellgate.gate.calls.scrubber import SecretScrubber
+from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, ToolRegistry, with_defaults
+from cellgate.gate.calls.scrubber import SecretScrubber
+from cellgate.kernel.wire import ErrorKind
 
 PREVIEW_CHARS = 200
 ENDED_CELLS_KEPT = 256  # cells whose end a late call's approval is checked against
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class Secret(str):
@@ -267,7 +252,7 @@ class Gate:
             # holds, and a digest that never confirms a guessed secret.
             recorded = text if record.result is plain else canonical_json(record.result)
             record.result_bytes = len(recorded.encode())
-            record.result_sha256 = hashlib.sha256(recorded.encode()).hexdigest()
+            record.result_sha256 = sha256_hex(recorded)
             reply = {"id": request.id, "ok": True, "result": plain}
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool)

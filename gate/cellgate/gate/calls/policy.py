@@ -22,6 +22,8 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cellgate.gate._json import digest
+
 Decision = Literal["allow", "deny", "approve"]
 Expose = Literal["code", "direct", "both"]
 RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
@@ -209,10 +211,7 @@ def _decided(decision: Decision, rule: str) -> Verdict:
 
 
 def policy_sha256(policy: Policy) -> str:
-    import hashlib
-
-    text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest(policy.model_dump(mode="json"))
 
 
 def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, Decision] | None = None) -> list[dict[str, str]]:

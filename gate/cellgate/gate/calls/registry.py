@@ -14,7 +14,6 @@ import functools
 import hashlib
 import importlib.util
 import inspect
-import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,9 +25,9 @@ import docstring_parser
 import jsonschema
 from pydantic import TypeAdapter
 
-from cellgate.gate.calls.stubgen import RESERVED, check_identifier
-
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._json import digest
+from cellgate.gate.calls.stubgen import RESERVED, check_identifier
 
 
 @dataclass(frozen=True)
@@ -198,5 +197,4 @@ class ToolRegistry:
         return [self._tools[n].manifest_entry() for n in self.names()]
 
     def manifest_sha256(self) -> str:
-        text = json.dumps(self.manifest(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return digest(self.manifest())

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from cellgate.gate.config import Settings
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
+from cellgate.gate.config import Settings
 
 Report = Callable[..., None]  # report(event, **data): journalled by the session's recorder
 

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.text import Text
 
 from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
-from cellgate.gate.session.session import CellResult, Session
 from cellgate.gate._terminal import clean, reveal
+from cellgate.gate.session.session import CellResult, Session
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 err = Console(stderr=True, highlight=False)
@@ -133,10 +133,10 @@ def _add_policy(sub: Any) -> None:
     def run(a: argparse.Namespace) -> int:
         from rich.table import Table
 
-        from cellgate.gate.config import find_config, load_settings
         from cellgate.gate.calls.policy import decision_table
-        from cellgate.gate.calls.sources import close_sources, open_sources
         from cellgate.gate.calls.registry import ToolRegistry
+        from cellgate.gate.calls.sources import close_sources, open_sources
+        from cellgate.gate.config import find_config, load_settings
 
         settings = load_settings(find_config(a.config))
         registry = ToolRegistry.from_paths(settings.tool_paths())
@@ -180,7 +180,14 @@ def _add_approvals(sub: Any) -> None:
         answer.add_argument("--reason", default="")
 
     def run(a: argparse.Namespace) -> int:
-        from cellgate.gate.calls.approval import answer, describe_full, describe_request, pending_request, pending_requests, request_from
+        from cellgate.gate.calls.approval import (
+            answer,
+            describe_full,
+            describe_request,
+            pending_request,
+            pending_requests,
+            request_from,
+        )
 
         console = Console(highlight=False)
         if a.action == "list":

@@ -11,10 +11,10 @@ from pathlib import Path
 from rich.console import Console
 
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
-from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
-from cellgate.gate.sandbox.container import reap_leftovers, run_root
-from cellgate.gate.sandbox.snapshot import prune
 from cellgate.gate._versions import versions
+from cellgate.gate.sandbox.container import reap_leftovers, run_root
+from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
+from cellgate.gate.sandbox.snapshot import prune
 
 console = Console(highlight=False)
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_value
 from cellgate.gate.audit.show import journal_of, load_notebook
-from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.dispatch import CallContext, CallFailed, CallRecord, Gate
 from cellgate.gate.calls.protocol import CallRequest
-from cellgate.gate.ops.replay_trust import live_tools, operator_settings
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.ops.replay_trust import live_tools, operator_settings
 
 
 @dataclass

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate.config import CONFIG_NAME, Settings, find_config, load_settings
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.config import CONFIG_NAME, Settings, find_config, load_settings
 
 UNSAFE_FLAG = "--unsafe-no-sandbox"
 

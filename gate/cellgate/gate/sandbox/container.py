@@ -25,11 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import cellgate.kernel
-
-from cellgate.gate.sandbox import mounts
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox import snapshot
 from cellgate.gate._errors import SandboxError
+from cellgate.gate.sandbox import mounts, oci, snapshot
 from cellgate.gate.sandbox.runsc import Runsc
 
 Isolation = Literal["gvisor", "none"]

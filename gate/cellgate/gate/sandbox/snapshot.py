@@ -32,7 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import cellgate.kernel
-
 from cellgate.gate.sandbox.runsc import Runsc
 
 

@@ -22,7 +22,8 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from cellgate.gate.calls.dispatch import CallRecord, canonical_json
+from cellgate.gate._json import canonical_json
+from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.calls.protocol import ProtocolError, strict_loads
 
 # Error kinds of a call the gate refused before any tool ran.

@@ -20,24 +20,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate.calls import stubgen
 from jupyter_client.provisioning import LocalProvisioner
 from pydantic import ValidationError
 
-from cellgate.gate.sandbox import oci
-from cellgate.gate.calls.approval import load_approver
-from cellgate.gate.session.bounds import HostBounds
-from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
 from cellgate.gate._errors import ConfigError, SandboxError
+from cellgate.gate._versions import versions
+from cellgate.gate.audit.recorder import Recorder
+from cellgate.gate.calls import stubgen
+from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.dispatch import Gate
 from cellgate.gate.calls.policy import policy_sha256
-from cellgate.gate.audit.recorder import Recorder
-from cellgate.gate.sandbox.runsc import find as find_runsc
-from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
-from cellgate.gate.session.relay import CellTimeouts, GateService
-from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate._versions import versions
+from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
+from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
+from cellgate.gate.sandbox import oci
+from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
+from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.session.bounds import HostBounds
+from cellgate.gate.session.relay import CellTimeouts, GateService
 
 
 def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:

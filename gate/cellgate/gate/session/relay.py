@@ -35,25 +35,33 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
+from cellgate.gate._errors import SessionError
+from cellgate.gate.audit.journal import JournalError
+from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
+from cellgate.gate.calls.direct import DirectResult, serve_direct
+from cellgate.gate.calls.dispatch import CallContext, Gate
+from cellgate.gate.calls.protocol import ProtocolError, batch_items, parse_call, strict_loads
+from cellgate.gate.sandbox.container import Sandbox
+from cellgate.gate.sandbox.cpuclock import CpuClock, CpuSource
+from cellgate.gate.sandbox.oci import OUTPUT_LOG
+from cellgate.gate.sandbox.oom import OomWatch
+from cellgate.gate.session import relaywire
+from cellgate.gate.session.bounds import (
+    MAX_OUTPUT_VALUES,
+    OVERFLOW_EVENTS,
+    HostBounds,
+    RefusalLedger,
+    content_within,
+    is_refusal,
+    json_values,
+    read_unparsed,
+    reopen,
+    watch_overflow,
+)
+from cellgate.gate.session.late import LateOutput
+from cellgate.gate.session.output_ledger import OutputLedger, settle
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, MAX_REQUEST_BYTES
-
-from cellgate.gate.session.bounds import (MAX_OUTPUT_VALUES, OVERFLOW_EVENTS, HostBounds, RefusalLedger, content_within, is_refusal,
-                     json_values, read_unparsed, reopen, watch_overflow)
-from cellgate.gate.sandbox.cpuclock import CpuClock, CpuSource
-from cellgate.gate.calls.direct import DirectResult, serve_direct
-from cellgate.gate._errors import SessionError
-from cellgate.gate.calls.dispatch import CallContext, Gate
-
-from cellgate.gate.calls.protocol import ProtocolError, batch_items, parse_call, strict_loads
-from cellgate.gate.session import relaywire
-from cellgate.gate.audit.journal import JournalError
-from cellgate.gate.session.late import LateOutput
-from cellgate.gate.sandbox.oom import OomWatch
-from cellgate.gate.sandbox.oci import OUTPUT_LOG
-from cellgate.gate.session.output_ledger import OutputLedger, settle
-from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
-from cellgate.gate.sandbox.container import Sandbox
 
 DELIM = b"<IDS|MSG>"
 MAX_KERNEL_MESSAGE = 64 << 20  # default of [sandbox] max_message_mb (HostBounds)

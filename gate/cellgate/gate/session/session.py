@@ -20,14 +20,13 @@ from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
-from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate._errors import KernelDied, SessionError
+from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord
+from cellgate.gate.calls.policy import Policy
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
 from cellgate.gate.session.provisioner import GVisorProvisioner
-from cellgate.gate.calls.policy import Policy
-from cellgate.gate.audit.recorder import CellRecord, Recorder
-
 
 # Evaluated by the kernel after each cell (a Jupyter user_expression), so that after a
 # restart the notebook can say which variables were lost. Kernel output: never trusted
