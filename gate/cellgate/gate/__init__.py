@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # noqa: F401 (names for type checkers; the face imports them lazily)
+if TYPE_CHECKING:  # the names for type checkers; at run time the face imports them lazily
     from cellgate.gate._errors import (
         CellgateError,
         ConfigError,
@@ -47,7 +47,12 @@ _FACE = {
     "tool_from_function": "cellgate.gate.calls.registry",
 }
 
-__all__ = sorted(_FACE)
+__all__ = [
+    "CellResult", "CellgateError", "ConfigError", "KernelDied", "Pool", "PoolExhausted", "SandboxError",
+    "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "Tool", "ToolRegistry", "load_settings",
+    "tool_from_function",
+]
+assert sorted(__all__) == sorted(_FACE)
 
 
 def __getattr__(name: str) -> Any:

@@ -4,11 +4,15 @@
 
     CellgateError
     ├── ConfigError(ValueError)        a cellgate.toml or tool module is malformed
+    │   └── ArtifactError              an audit artifact (notebook, journal, blob) is unsafe or malformed
     ├── SandboxUnavailable(RuntimeError)  gVisor (runsc) is missing or unusable: fail closed
     ├── SandboxError(RuntimeError)     the sandbox failed to start or misbehaved
     ├── SessionError(RuntimeError)     a session operation could not be done
-    │   └── KernelDied                 the sandboxed kernel died or was killed
-    └── SourceUnavailable(RuntimeError)  a tool source (e.g. an MCP server) cannot serve a call
+    │   ├── KernelDied                 the sandboxed kernel died or was killed
+    │   └── PoolExhausted              no sandbox of the pool became free in time
+    ├── SourceUnavailable(RuntimeError)  a tool source (e.g. an MCP server) cannot serve a call
+    ├── JournalError(OSError)          the journal could not be written: no further side effects may run
+    └── ProtocolError(ValueError)      a malformed message or request from the sandbox
 
 Each carries a stable ``code`` so callers never parse messages.
 """
@@ -48,7 +52,31 @@ class SourceUnavailable(CellgateError, RuntimeError):
     code: Literal["source-unavailable"] = "source-unavailable"
 
 
+class ArtifactError(ConfigError):
+    """A file a run folder names cannot be read safely (unsafe or malformed)."""
+
+
+class PoolExhausted(SessionError):
+    code = "pool-exhausted"
+
+
+class JournalError(CellgateError, OSError):
+    """The journal could not be written: no further side effects may run."""
+
+    code: Literal["journal"] = "journal"
+
+
+class ProtocolError(CellgateError, ValueError):
+    """A malformed message or request from the sandbox."""
+
+    code: Literal["protocol"] = "protocol"
+
+
 __all__ = [
+    "ArtifactError",
+    "JournalError",
+    "PoolExhausted",
+    "ProtocolError",
     "CellgateError",
     "ConfigError",
     "SandboxUnavailable",

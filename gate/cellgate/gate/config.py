@@ -11,26 +11,24 @@ import keyword
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.calls.policy import Policy
 
 CONFIG_NAME = "cellgate.toml"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ToolsConfig(_Strict):
+class ToolsConfig(StrictModel):
     modules: list[str] = Field(default_factory=list, description="Python files whose public functions are tools")
 
 
-class SandboxSettings(_Strict):
+class SandboxSettings(StrictModel):
     isolation: Literal["gvisor", "none"] = "gvisor"
     runsc: str | None = None
     platform: Literal["systrap", "ptrace", "kvm"] | None = None
@@ -73,7 +71,7 @@ class SandboxSettings(_Strict):
         return names
 
 
-class AgentSettings(_Strict):
+class AgentSettings(StrictModel):
     """``[agent]``: defaults for ``cellgate run`` (its flags override them)."""
 
     model: str = "claude-sonnet-4-5"
@@ -85,7 +83,7 @@ class AgentSettings(_Strict):
     search_threshold: int = Field(30, ge=0, description="above this many tools, the prompt points at tools.search()")
 
 
-class McpServer(_Strict):
+class McpServer(StrictModel):
     """``[mcp.servers.NAME]``: an MCP server whose tools become ``tools.NAME.*``.
 
     Connected by the host only: its command, environment and headers (where
@@ -110,7 +108,7 @@ class McpServer(_Strict):
         return self
 
 
-class McpConfig(_Strict):
+class McpConfig(StrictModel):
     servers: dict[str, McpServer] = Field(default_factory=dict)
 
     @field_validator("servers")
@@ -122,7 +120,7 @@ class McpConfig(_Strict):
         return servers
 
 
-class FrontendSettings(_Strict):
+class FrontendSettings(StrictModel):
     """``[frontend]``: what of a kernel's output a frontend (JupyterLab, nbclient, ...) may receive.
 
     Outputs are sanitized by default (``cellgate.gate.audit.sanitize``): no script reaches a frontend.
@@ -144,11 +142,11 @@ class FrontendSettings(_Strict):
         return names
 
 
-class AuditConfig(_Strict):
+class AuditConfig(StrictModel):
     dir: str = "cellgate-runs"
 
 
-class Settings(_Strict):
+class Settings(StrictModel):
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
@@ -195,18 +193,12 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
         return Settings(**data, base_dir=str(path.parent))
     except ValidationError as exc:
         text = path.read_text()
-        problems = []
-        for error in exc.errors():
-            loc = [p for p in error["loc"] if not str(p).startswith("function-")]
-            where = ".".join(str(p) for p in loc)
-            line = locate(text, loc)
-            at = f"{path}:{line}" if line else str(path)
-            if error["type"] == "extra_forbidden":
-                problems.append(f"{at}: unknown key {where!r}: remove it or check its spelling")
-            else:
-                message = error["msg"].removeprefix("Value error, ")
-                problems.append(f"{at}: {where} = {error.get('input')!r}: {message}")
-        raise ConfigError("\n".join(problems)) from None
+
+        def where(loc: Sequence[Any]) -> str:
+            line = locate(text, list(loc))
+            return f"{path}:{line}" if line else str(path)
+
+        raise ConfigError("\n".join(validation_problems(exc, where))) from None
 
 
 def locate(text: str, loc: list[Any]) -> int | None:

@@ -26,9 +26,9 @@ import os
 import threading
 from typing import Any
 
-OUTPUT_LOG_BYTES = 1 << 20
+from .wire import OUTPUT_LOG_BYTES, SEQ_KEY
+
 FLUSH_AT_BYTES = 8 << 10
-SEQ_KEY = "cellgate_seq"
 
 
 def _parent_id(parent: Any) -> str:

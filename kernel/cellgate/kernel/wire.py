@@ -48,3 +48,8 @@ ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 MAX_REQUEST_BYTES: Final = 1 << 20
 # Calls in one batch request; the whole batch also stays under MAX_REQUEST_BYTES.
 MAX_BATCH_CALLS: Final = 64
+
+# The kernel's output log (stream output written before IOPub, read by the host after a kernel death):
+# its size before it starts over, and the metadata key numbering IOPub messages.
+OUTPUT_LOG_BYTES: Final = 1 << 20
+SEQ_KEY: Final = "cellgate_seq"

@@ -27,17 +27,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate._errors import ConfigError
+from cellgate.gate._errors import ArtifactError
 
 MAX_BLOB_BYTES = 64 << 20  # a result blob is never read past this, whatever the recording says
 MAX_NOTEBOOK_BYTES = 1 << 30
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
-
-
-class ArtifactError(ConfigError):
-    """A file a run folder names cannot be read safely."""
 
 
 def kind_of(mode: int) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate import _hostkey as hostkey
+from cellgate.gate._errors import JournalError
 from cellgate.gate._faults import failpoint
 from cellgate.gate._json import canonical_json, digest, sha256_hex, utcnow
 from cellgate.gate.audit.artifacts import open_regular
@@ -39,10 +40,6 @@ from cellgate.gate.audit.artifacts import open_regular
 GENESIS = "0" * 64
 MAC_PURPOSE = "journal-record"
 MAX_RECORD_BYTES = 64 << 20  # far above any record cellgate writes (outputs are capped per cell)
-
-
-class JournalError(OSError):
-    """The journal could not be written: no further side effects may run."""
 
 
 def json_safe(value: Any) -> Any:

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from cellgate.gate._json import digest
+from cellgate.gate._model import StrictModel
 
 Decision = Literal["allow", "deny", "approve"]
 Expose = Literal["code", "direct", "both"]
@@ -41,11 +42,7 @@ def parse_rate(text: str) -> tuple[float, float]:
     return count, _PER[match.group(2)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Rule(_Strict):
+class Rule(StrictModel):
     name: str | None = None
     when: dict[str, Any] = Field(description="JSON Schema matched against the call's arguments")
     decision: Decision
@@ -60,7 +57,7 @@ class Rule(_Strict):
         return value
 
 
-class ToolPolicy(_Strict):
+class ToolPolicy(StrictModel):
     decision: Decision | None = None
     rules: list[Rule] = Field(default_factory=list)
     rate: str | None = None
@@ -78,7 +75,7 @@ class ToolPolicy(_Strict):
         return value
 
 
-class Policy(_Strict):
+class Policy(StrictModel):
     default: Decision = "deny"
     max_calls_per_cell: int | None = Field(10_000, ge=0)
     max_calls_per_session: int | None = Field(100_000, ge=0)

@@ -13,15 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cellgate.gate._errors import ProtocolError
 from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
 
 MAX_DEPTH = 64
 _ID = re.compile(r"^[0-9a-f]{8,64}$")
 _TOOL = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,127}$")
-
-
-class ProtocolError(ValueError):
-    """A malformed message or request from the sandbox."""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from cellgate.kernel.outlog import OUTPUT_LOG_BYTES, SEQ_KEY
+from cellgate.kernel.wire import OUTPUT_LOG_BYTES, SEQ_KEY
 
 READ_LIMIT = 2 * OUTPUT_LOG_BYTES  # a bigger file is the sandbox's doing: only its head is read
 MAX_HOLES = 4096  # missing numbers remembered one by one; beyond that they are only counted

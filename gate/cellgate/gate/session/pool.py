@@ -15,12 +15,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate._errors import SessionError
+from cellgate.gate._errors import PoolExhausted
 from cellgate.gate.session.session import Session
-
-
-class PoolExhausted(SessionError):
-    code = "pool-exhausted"
 
 
 class Pool:

@@ -24,6 +24,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from pydantic import ValidationError
 
 from cellgate.gate._errors import ConfigError, SandboxError
+from cellgate.gate._model import validation_problems
 from cellgate.gate._versions import versions
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls import stubgen
@@ -47,8 +48,7 @@ def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:
         try:  # validated like the file's own [sandbox] table
             sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **sandbox_overrides})
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))} = {e.get('input')!r}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"sandbox options: {problems}") from None
+            raise ConfigError(f"sandbox options: {'; '.join(validation_problems(exc))}") from None
         settings = settings.model_copy(update={"sandbox": sandbox})
     return settings
 
