@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import platform
 import statistics
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-
-import contextlib
-import io
-import threading
-from collections.abc import Iterator
+from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
 from cellgate.gate import Pool, Session
 from cellgate.gate import _hostkey as hostkey
-from cellgate.gate.session import provisioner
-from cellgate.gate.audit import recorder
 from cellgate.gate.audit.journal import GENESIS, Journal
+from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.sandbox.runsc import find as find_runsc
 from cellgate.gate.sandbox.snapshot import discard
 
@@ -181,7 +178,7 @@ async def calls_and_memory(folder: Path, calls: int) -> dict[str, list[float]]:
 class UnsyncedJournal(Journal):
     """The journal file without its fsyncs: shows what the write-ahead intent fsync costs."""
 
-    def append(self, event: str, sync: bool = False, **data: object) -> dict:
+    def append(self, event: str, sync: bool = False, **data: object) -> dict[str, Any]:
         record = super().append(event, sync=False, **data)
         self.synced = self.seq
         return record
@@ -201,7 +198,7 @@ class MemoryJournal(UnsyncedJournal):
         self._file = io.StringIO()
 
 
-class UnrecordedRecorder(recorder.Recorder):
+class UnrecordedRecorder(Recorder):
     """The same bookkeeping without the journal file or the notebook: the baseline for recording's cost."""
 
     def write_notebook(self) -> None:
@@ -211,18 +208,13 @@ class UnrecordedRecorder(recorder.Recorder):
         pass
 
 
-@contextlib.contextmanager
-def recording(mode: str) -> Iterator[None]:
-    """``full`` as shipped; ``unsynced``: journal and notebook without fsync; ``none``: neither written."""
-    saved = recorder.Journal, provisioner.Recorder
-    if mode == "unsynced":
-        recorder.Journal = UnsyncedJournal  # type: ignore[misc]
-    elif mode == "none":
-        recorder.Journal, provisioner.Recorder = MemoryJournal, UnrecordedRecorder  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        recorder.Journal, provisioner.Recorder = saved  # type: ignore[misc]
+# How the session records: ``full`` as shipped; ``unsynced``: journal and notebook without fsync;
+# ``none``: neither written (the journal's records are still built and MAC'd, in memory).
+RECORDING: dict[str, dict[str, Any]] = {
+    "full": {},
+    "unsynced": {"journal_factory": UnsyncedJournal},
+    "none": {"journal_factory": MemoryJournal, "recorder_factory": UnrecordedRecorder},
+}
 
 
 async def pool_acquire(folder: Path, count: int) -> list[float]:
@@ -243,13 +235,12 @@ async def northwind(folder: Path, rounds: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"full": [], "unsynced": [], "none": []}
     for attempt in range(rounds):
         for mode in times:
-            with recording(mode):
-                async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{mode}-{attempt}.ipynb",
-                                   cwd=folder) as s:
-                    t = time.perf_counter()
-                    result = await s.execute((NORTHWIND / "late_orders.py").read_text())
-                    times[mode].append((time.perf_counter() - t) * 1000)
-                    assert result.stdout == "10000 312\n", result.text
+            async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{mode}-{attempt}.ipynb",
+                               cwd=folder, **RECORDING[mode]) as s:
+                t = time.perf_counter()
+                result = await s.execute((NORTHWIND / "late_orders.py").read_text())
+                times[mode].append((time.perf_counter() - t) * 1000)
+                assert result.stdout == "10000 312\n", result.text
     return times
 
 
@@ -290,56 +281,85 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
+SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent")
+
+
+async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """The rows of the sections asked for, and a closing note."""
+    cells, calls = (20, 200) if args.quick else (100, 1000)
+    rows: list[dict[str, Any]] = []
+    note = ""
+    if "starts" in args.only:
+        starts = await starts_side_by_side(folder, 3 if args.quick else 5)
+        rows += [
+            row("cold start, plain ipykernel", starts["plain"]),
+            row("cold start, cellgate (gVisor, snapshot image)", starts["snapshot"], baseline=starts["plain"]),
+            row("cold start, cellgate (gVisor, snapshots off)", starts["cold"], baseline=starts["plain"]),
+            row("first start of a configuration (builds its image)", starts["first"], baseline=starts["plain"]),
+        ]
+    if "pool" in args.only:
+        (folder / "pool").mkdir()
+        rows.append(row("pool acquire (warm sandbox)", await pool_acquire(folder, 5 if args.quick else 10)))
+    if "trips" in args.only:
+        trips = await trips_side_by_side(folder, cells)
+        rows += [
+            row("trivial cell round trip, plain", trips["plain"]),
+            row("trivial cell round trip, cellgate", trips["cellgate"], baseline=trips["plain"]),
+            row("trivial cell, cellgate without gVisor (dev only)", trips["unsandboxed"], baseline=trips["plain"]),
+        ]
+    if "calls" in args.only:
+        cg = await calls_and_memory(folder, calls)
+        rows += [
+            row("blocking gated call (sequential)", cg["call"]),
+            row("blocking gated call, without gVisor (dev only)", cg["call_unsandboxed"]),
+            row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
+            row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
+        ]
+    if "northwind" in args.only:
+        nw = await northwind(folder, args.rounds or (3 if args.quick else 7))
+        rows += [
+            row("Northwind example (313 calls), not recorded", nw["none"]),
+            row("Northwind example (313 calls), recorded", nw["full"], baseline=nw["none"]),
+            row("Northwind, recorded without fsyncs (the bound)", nw["unsynced"], baseline=nw["none"]),
+        ]
+    if "long" in args.only:
+        length = args.long if not args.quick else 100
+        first, last = await long_session(folder, length)
+        rows += [row("trivial cell, cells 1-20 of a long session", first),
+                 row(f"trivial cell, last 20 of {length} cells", last, baseline=first)]
+    if "concurrent" in args.only:
+        answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
+        rows.append(row(f"cell round trip with {len(conc)} sandboxed kernels up", conc))
+        note = f"\n{answering} of {len(conc)} concurrent sandboxed kernels answered a cell within 1 s."
+    return rows, note
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--kernels", type=int, default=32, help="concurrent sandboxed kernels to try")
     parser.add_argument("--long", type=int, default=1000, help="cells in the long session")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="run these sections only (default: all)")
+    parser.add_argument("--rounds", type=int, default=0, help="northwind: rounds of the three recording modes")
     args = parser.parse_args()
-    cells, calls = (20, 200) if args.quick else (100, 1000)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        starts = await starts_side_by_side(folder, 3 if args.quick else 5)
-        trips = await trips_side_by_side(folder, cells)
-        cg = await calls_and_memory(folder, calls)
-        (folder / "pool").mkdir()
-        acquire = await pool_acquire(folder, 5 if args.quick else 10)
-        nw = await northwind(folder, 3 if args.quick else 7)
-        first, last = await long_session(folder, args.long if not args.quick else 100)
-        answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
-    rows = [
-        row("cold start, plain ipykernel", starts["plain"]),
-        row("cold start, cellgate (gVisor, snapshot image)", starts["snapshot"], baseline=starts["plain"]),
-        row("cold start, cellgate (gVisor, snapshots off)", starts["cold"], baseline=starts["plain"]),
-        row("first start of a configuration (builds its image)", starts["first"], baseline=starts["plain"]),
-        row("pool acquire (warm sandbox)", acquire),
-        row("trivial cell round trip, plain", trips["plain"]),
-        row("trivial cell round trip, cellgate", trips["cellgate"], baseline=trips["plain"]),
-        row("trivial cell, cellgate without gVisor (dev only)", trips["unsandboxed"], baseline=trips["plain"]),
-        row("blocking gated call (sequential)", cg["call"]),
-        row("blocking gated call, without gVisor (dev only)", cg["call_unsandboxed"]),
-        row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
-        row("Northwind example (313 calls), not recorded", nw["none"]),
-        row("Northwind example (313 calls), recorded", nw["full"], baseline=nw["none"]),
-        row("Northwind, recorded without fsyncs (the bound)", nw["unsynced"], baseline=nw["none"]),
-        row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
-        row("trivial cell, cells 1-20 of a long session", first),
-        row(f"trivial cell, last 20 of {args.long if not args.quick else 100} cells", last, baseline=first),
-        row(f"cell round trip with {len(conc)} sandboxed kernels up", conc),
-    ]
+        rows, note = await measure(Path(tmp), args)
     lines = [f"| {'metric':<48} | {'median':>10} | {'p95':>10} | unit     | ratio |", f"|{'-' * 50}|{'-' * 12}|{'-' * 12}|----------|-------|"]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
         lines.append(f"| {r['metric']:<48} | {r['median']:>10.2f} | {r['p95']:>10.2f} | {r['unit']:<8} | {ratio:>5} |")
-    lines.append(f"\n{answering} of {len(conc)} concurrent sandboxed kernels answered a cell within 1 s.")
-    table = "\n".join(lines)
+    table = "\n".join(lines) + note
     print(table)
+    if set(args.only) != set(SECTIONS):
+        print("\n(a partial run: benchmarks/results/ is left as it was)")
+        return
     info = machine()
     stamp = info["date"].replace(":", "").replace("-", "")
     results = ROOT / "benchmarks" / "results"
     results.mkdir(exist_ok=True)
     (results / "latest.md").write_text(f"# cellgate benchmarks\n\nmachine: `{json.dumps(info)}`\n\n{table}\n")
-    (results / f"run-{stamp}.json").write_text(json.dumps({"machine": info, "rows": rows, "answering": answering}, indent=1))
+    (results / f"run-{stamp}.json").write_text(json.dumps({"machine": info, "rows": rows, "note": note.strip()}, indent=1))
     print(f"\nwritten to {results / 'latest.md'}")
 
 

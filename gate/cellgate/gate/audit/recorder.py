@@ -288,10 +288,11 @@ def blobs_path(notebook: Path) -> Path:
 class Recorder:
     """Writes a session's journal and renders its notebook."""
 
-    def __init__(self, notebook_path: Path, session_metadata: dict[str, Any]) -> None:
+    def __init__(self, notebook_path: Path, session_metadata: dict[str, Any],
+                 open_journal: Callable[[Path], Journal] = Journal) -> None:
         self.notebook_path = notebook_path
         notebook_path.parent.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(journal_path(notebook_path))
+        self.journal = open_journal(journal_path(notebook_path))
         self.blobs = blobs_path(notebook_path)
         self.reducer = Reducer()
         self._cell_text: dict[int, tuple[int, str]] = {}

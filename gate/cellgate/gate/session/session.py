@@ -14,18 +14,33 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Literal
 
-from jupyter_client import AsyncKernelManager
+from jupyter_client.manager import AsyncKernelManager
+from typing_extensions import Unpack
 
 from cellgate.gate._errors import KernelDied, SessionError
+from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls.direct import DirectResult
-from cellgate.gate.calls.dispatch import CallRecord
+from cellgate.gate.calls.dispatch import CallRecord, Gate
 from cellgate.gate.calls.policy import Policy
+from cellgate.gate.calls.registry import ToolRegistry
+from cellgate.gate.calls.sources import ToolSource
+from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
+from cellgate.gate.session.launch import (
+    ApproverSpec,
+    GateFactory,
+    JournalFactory,
+    LaunchOptions,
+    RecorderFactory,
+    SandboxOverrides,
+)
 from cellgate.gate.session.provisioner import GVisorProvisioner
 
 # Evaluated by the kernel after each cell (a Jupyter user_expression), so that after a
@@ -34,6 +49,7 @@ from cellgate.gate.session.provisioner import GVisorProvisioner
 NAMES = "cellgate_names"
 NAMES_EXPRESSION = ("' '.join(sorted(n for n in globals() if n.isidentifier() and not n.startswith('_') "
                     "and n not in get_ipython().user_ns_hidden))")
+NOT_STARTED = "the session is not started; call start() or use `async with`"
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,99}$")
 
 
@@ -93,34 +109,41 @@ class CellResult:
 
 
 class Session:
-    """One sandboxed kernel with its tools, gate and audit notebook."""
+    """One sandboxed kernel with its tools, gate and audit notebook.
+
+    ``tools``, ``config``, ``settings`` and the ``[sandbox]`` overrides
+    (``isolation``, ``memory_mb``, ...) say what it runs with; ``registry``,
+    ``sources``, ``approver``, ``gate_factory``, ``recorder_factory`` and
+    ``journal_factory`` replace the parts it is made of (tests, replay,
+    benchmarks; see ``LaunchOptions``).
+    """
 
     def __init__(
         self,
         *,
         config: str | Path | None = None,
-        tools: list[str | Path] | tuple[str | Path, ...] = (),
+        tools: Sequence[str | Path] = (),
         notebook: str | Path | None = None,
-        isolation: str | None = None,
+        isolation: Literal["gvisor", "none"] | None = None,
         cwd: str | Path | None = None,
-        approver: Any = None,
-        registry: Any = None,
-        gate_factory: Any = None,
-        metadata: dict[str, Any] | None = None,
-        settings: Any = None,
-        **sandbox: Any,
+        approver: ApproverSpec | None = None,
+        registry: ToolRegistry | None = None,
+        gate_factory: GateFactory = Gate,
+        metadata: Mapping[str, Any] | None = None,
+        settings: Settings | None = None,
+        sources: Sequence[ToolSource] = (),
+        recorder_factory: RecorderFactory = Recorder,
+        journal_factory: JournalFactory = Journal,
+        **sandbox: Unpack[SandboxOverrides],
     ) -> None:
-        self._options = {
-            "settings": settings,  # a parsed Settings, used as is (replay: the operator's, looked up once)
-            "approver": approver,
-            "registry": registry,
-            "gate_factory": gate_factory,
-            "metadata": metadata,
-            "config": str(config) if config else None,
-            "tools": [str(t) for t in tools],
-            "notebook": str(notebook) if notebook else None,
-            "sandbox": {"isolation": isolation, **sandbox},
-        }
+        self._options = LaunchOptions(
+            settings=settings, config=str(config) if config else None, tools=tuple(str(t) for t in tools),
+            notebook=Path(notebook) if notebook else None,
+            sandbox=MappingProxyType({"isolation": isolation, **sandbox}),
+            metadata=MappingProxyType(dict(metadata or {})),
+            registry=registry, sources=tuple(sources), approver=approver, gate_factory=gate_factory,
+            recorder_factory=recorder_factory, journal_factory=journal_factory,
+        )
         self._cwd = str(cwd) if cwd else None
         self.km: AsyncKernelManager | None = None
         self._names: list[str] | None = None  # the user's variables after the last cell, if the kernel said
@@ -156,26 +179,29 @@ class Session:
         if isinstance(provisioner, GVisorProvisioner):
             await provisioner.cleanup(restart=False)
 
+    def _manager(self) -> AsyncKernelManager:
+        if self.km is None:
+            raise SessionError(NOT_STARTED)
+        return self.km
+
     async def _connect(self) -> None:
-        assert self.km is not None
-        self._client = self.km.client()
+        self._client = self._manager().client()
         self._client.start_channels(iopub=False, stdin=False, hb=False, control=False)
         await self._client.wait_for_ready(timeout=60)
         self.dead = False
 
     async def restart(self) -> None:
         """Start a fresh sandboxed kernel in the same session (variables are gone)."""
-        assert self.km is not None
+        km = self._manager()
         if self._client is not None:
             self._client.stop_channels()
-        await self.km.restart_kernel(now=True)
+        await km.restart_kernel(now=True)
         await self._connect()
 
     @property
     def connection_file(self) -> str:
         """The frontend connection file: `jupyter console --existing` it to attach."""
-        assert self.km is not None
-        return str(self.km.connection_file)
+        return str(self._manager().connection_file)
 
     async def shutdown(self) -> None:
         if self.km is None:
@@ -199,63 +225,50 @@ class Session:
     @property
     def provisioner(self) -> GVisorProvisioner:
         if self.km is None or not isinstance(self.km.provisioner, GVisorProvisioner):
-            raise SessionError("the session is not started; call start() or use `async with`")
+            raise SessionError(NOT_STARTED)
         return self.km.provisioner
 
     @property
     def notebook_path(self) -> Path:
-        path = self.provisioner.notebook_path
-        assert path is not None
-        return path
+        return self.provisioner.started.recorder.notebook_path
 
     @property
     def sandbox_info(self) -> dict[str, Any]:
-        assert self.provisioner.recorder is not None
-        return dict(self.provisioner.recorder.metadata["sandbox"])
+        return dict(self.provisioner.started.recorder.metadata["sandbox"])
 
     @property
     def recorder(self) -> Recorder:
         """The session's journal and notebook writer (an agent loop records its turns through it)."""
-        recorder = self.provisioner.recorder
-        assert recorder is not None
-        return recorder
+        return self.provisioner.started.recorder
 
     @property
     def manifest(self) -> list[dict[str, Any]]:
         """The session's tools: name, description and JSON Schema of the parameters, in order."""
-        registry = self.provisioner.registry
-        assert registry is not None
-        return registry.manifest()
+        return self.provisioner.started.registry.manifest()
 
     @property
     def policy(self) -> Policy:
-        settings = self.provisioner.settings
-        assert settings is not None
-        return settings.policy
+        return self.provisioner.started.settings.policy
 
     async def call_tool(self, tool: str, args: dict[str, Any]) -> DirectResult:
         """Call a tool from the host, as a model's direct tool use: gated and recorded as a ``direct`` cell."""
-        service = self.provisioner.service
-        assert service is not None
-        return await asyncio.wrap_future(service.call_direct(tool, args))
+        return await asyncio.wrap_future(self.provisioner.started.service.call_direct(tool, args))
 
     async def interrupt(self) -> None:
         """Interrupt the running cell (as Ctrl-C in a notebook does); it ends ``interrupted``."""
-        service = self.provisioner.service
-        assert service is not None
-        await asyncio.to_thread(service.interrupt)
+        await asyncio.to_thread(self.provisioner.started.service.interrupt)
 
     async def execute(self, code: str, timeout: float | None = None) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end."""
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
-        service = self.provisioner.service
-        assert service is not None and self._client is not None
+        started = self.provisioner.started
+        service, box = started.service, started.settings.sandbox
+        if self._client is None:
+            raise SessionError(NOT_STARTED)
         msg_id = self._client.execute(code, allow_stdin=False, user_expressions={NAMES: NAMES_EXPRESSION})
         future = service.result_future(msg_id)
-        settings = self.provisioner.settings
-        assert settings is not None
-        limit = timeout or (settings.sandbox.cell_timeout + settings.sandbox.interrupt_grace + 60)
+        limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
         try:
             record = await asyncio.wait_for(asyncio.wrap_future(future), limit)
         finally:

@@ -1,0 +1,169 @@
+"""What a session is launched with, typed end to end.
+
+``Session`` builds one frozen ``LaunchOptions`` and hands it to the
+provisioner as ``start_kernel(cellgate=options)`` (jupyter_client passes
+``start_kernel``'s keywords on to the provisioner's ``pre_launch``); a plain
+frontend passes none and gets the defaults. The provisioner turns the options
+and the settings into the launch parameters here, with pure functions.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, Protocol, TypedDict
+
+from pydantic import ValidationError
+
+from cellgate.gate._errors import ConfigError
+from cellgate.gate._model import validation_problems
+from cellgate.gate._versions import versions
+from cellgate.gate.audit.journal import Journal
+from cellgate.gate.audit.recorder import Recorder
+from cellgate.gate.calls.approval import ApprovalRequest, Approver
+from cellgate.gate.calls.dispatch import Gate
+from cellgate.gate.calls.policy import Policy, policy_sha256
+from cellgate.gate.calls.registry import ToolRegistry
+from cellgate.gate.calls.sources import ToolSource, close_sources
+from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
+from cellgate.gate.sandbox import oci
+from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.sandbox.runsc import Runsc
+
+# An approver: an entry-point name ("deny", "allow", "prompt", "queue"), an instance, or a
+# callable(request) -> bool | ApprovalAnswer (sync or async).
+ApproverSpec = str | Approver | Callable[[ApprovalRequest], Any]
+# Opens the session's journal at the path it is given (``Journal`` itself, or a subclass).
+JournalFactory = Callable[[Path], Journal]
+
+
+class RecorderFactory(Protocol):
+    """Makes the session's recorder (``Recorder`` itself, or a subclass)."""
+
+    def __call__(self, notebook_path: Path, session_metadata: dict[str, Any],
+                 open_journal: JournalFactory = ...) -> Recorder: ...
+
+
+class GateFactory(Protocol):
+    """Makes the session's gate (``Gate`` itself, or a subclass such as replay's)."""
+
+    def __call__(self, registry: ToolRegistry, *, policy: Policy, approver: Approver, session_id: str,
+                 call_timeout: float) -> Gate: ...
+
+
+class SandboxOverrides(TypedDict, total=False):
+    """``[sandbox]`` settings a caller may override per session (None: keep the configured value)."""
+
+    runsc: str | None
+    platform: Literal["systrap", "ptrace", "kvm"] | None
+    memory_mb: int | None
+    pids: int | None
+    open_files: int | None
+    tmp_mb: int | None
+    workspace: str | None
+    workspace_mb: int | None
+    cell_timeout: float | None
+    interrupt_grace: float | None
+    call_timeout: float | None
+    start_timeout: float | None
+    output_limit_kb: int | None
+    pool: int | None
+    snapshot: bool | None
+    max_message_mb: int | None
+    max_refusals_per_cell: int | None
+    restricted: bool | None
+    allowed_imports: list[str] | None
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """A session's launch options, from ``Session`` to the provisioner."""
+
+    settings: Settings | None = None  # used as is (replay: the operator's, looked up once); else found from config
+    config: str | None = None
+    tools: tuple[str, ...] = ()  # tool modules granted by the caller: allowed unless [policy] names them
+    notebook: Path | None = None
+    sandbox: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # SandboxSettings fields
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # merged into the record's
+    # Seams: what the session is made of, when not the defaults.
+    registry: ToolRegistry | None = None  # given: no configured tools or sources are loaded
+    sources: tuple[ToolSource, ...] = ()  # opened with the session, closed when it ends
+    approver: ApproverSpec | None = None  # else [policy] approver
+    gate_factory: GateFactory = Gate
+    recorder_factory: RecorderFactory = Recorder
+    journal_factory: JournalFactory = Journal
+
+
+def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:
+    settings = options.settings or load_settings(find_config(options.config, cwd), cwd)
+    overrides = {k: v for k, v in options.sandbox.items() if v is not None}
+    if overrides:
+        try:  # validated like the file's own [sandbox] table
+            sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise ConfigError(f"sandbox options: {'; '.join(validation_problems(exc))}") from None
+        settings = settings.model_copy(update={"sandbox": sandbox})
+    return settings
+
+
+def sandbox_config(box: SandboxSettings, runsc: Runsc | None) -> SandboxConfig:
+    """The launch parameters of the session's sandboxes (every launch, restarts included)."""
+    limits = oci.Limits(
+        memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
+        workspace_bytes=box.workspace_mb << 20,
+        # Far above the recorded cap, so the host still sees a long output's tail; only a flood is cut.
+        kernel_output_bytes=max(32 << 20, 4 * (box.output_limit_kb << 10)),
+    )
+    return SandboxConfig(
+        isolation=box.isolation, runsc=runsc, limits=limits,
+        reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
+        restricted=tuple(box.allowed_imports) if box.restricted else None,
+        snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
+    )
+
+
+def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | None, tool_paths: Sequence[Path],
+                     session_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """What the record says about the session before its first cell."""
+    box = settings.sandbox
+    return {
+        "session_id": session_id,
+        "versions": versions(),
+        "python": platform.python_version(),
+        "sandbox": {
+            "isolation": box.isolation,
+            **(runsc.describe() if runsc else {"runtime": "none (development only: NOT sandboxed)"}),
+            "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
+                       "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
+                       "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
+                       "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
+            "network": "none",
+            "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
+        },
+        "tools": {"manifest": registry.manifest(), "manifest_sha256": registry.manifest_sha256(),
+                  "sources": [str(p) for p in tool_paths] + [
+                      f"mcp:{name} ({'stdio' if server.command else 'streamable HTTP'})"
+                      for name, server in settings.mcp.servers.items()]},
+        "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
+        # Read back by the Reducer: the notebook shows outputs as sanitized under these settings.
+        "frontend": {"outputs": "sanitized", "trusted_mime": list(settings.frontend.trusted_mime),
+                     "allow_comms": settings.frontend.allow_comms},
+        **extra,
+    }
+
+
+def open_given_sources(sources: Sequence[ToolSource], registry: ToolRegistry) -> list[ToolSource]:
+    """Open the caller's sources and add their tools to ``registry``; on failure close the ones opened."""
+    opened: list[ToolSource] = []
+    try:
+        for source in sources:
+            opened.append(source)
+            for tool in source.open():
+                registry.add(tool)
+    except BaseException:
+        close_sources(opened)
+        raise
+    return opened

@@ -1,0 +1,47 @@
+"""Launch options, typed end to end: what Session hands the provisioner becomes the sandbox's parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import get_type_hints
+
+import pytest
+
+from cellgate.gate._errors import ConfigError
+from cellgate.gate.config import SandboxSettings, Settings
+from cellgate.gate.session.launch import LaunchOptions, SandboxOverrides, sandbox_config, settings_for
+from cellgate.gate.session.session import Session
+
+
+def test_every_sandbox_setting_can_be_overridden_per_session() -> None:
+    # isolation is Session's own keyword; the rest arrive as **sandbox, typed by SandboxOverrides.
+    assert set(get_type_hints(SandboxOverrides)) == set(SandboxSettings.model_fields) - {"isolation"}
+
+
+def test_session_builds_frozen_launch_options() -> None:
+    session = Session(tools=["a.py", Path("b.py")], notebook="run.ipynb", isolation="none", memory_mb=512,
+                      metadata={"origin": "test"})
+    options = session._options
+    assert isinstance(options, LaunchOptions)
+    assert options.tools == ("a.py", "b.py") and options.notebook == Path("run.ipynb")
+    assert dict(options.sandbox) == {"isolation": "none", "memory_mb": 512}
+    assert isinstance(options.sandbox, MappingProxyType) and isinstance(options.metadata, MappingProxyType)
+    with pytest.raises(AttributeError):
+        options.tools = ()  # type: ignore[misc]
+
+
+def test_memory_mb_reaches_the_sandbox_limits() -> None:
+    settings = settings_for(LaunchOptions(settings=Settings(), sandbox={"memory_mb": 512, "snapshot": None}), None)
+    assert settings.sandbox.memory_mb == 512 and settings.sandbox.snapshot is True  # None keeps the configured value
+    config = sandbox_config(settings.sandbox, None)
+    assert config.limits.memory_bytes == 512 << 20
+    assert config.limits.address_space_bytes == int((512 << 20) * 0.9)
+
+
+def test_a_bad_sandbox_option_names_the_field_and_value() -> None:
+    with pytest.raises(ConfigError, match="sandbox options: .*memory_mb") as caught:
+        settings_for(LaunchOptions(settings=Settings(), sandbox={"memory_mb": 3}), None)
+    assert "128" in str(caught.value)
+    with pytest.raises(ConfigError, match="sandbox options: .*memroy_mb"):
+        settings_for(LaunchOptions(settings=Settings(), sandbox={"memroy_mb": 512}), None)
