@@ -2,6 +2,9 @@
 
 ``BlockingSession`` drives a ``Session`` from synchronous code (tests,
 notebooks, scripts) by running its event loop on a private thread.
+``ScriptedApprover`` answers approval requests from a script and keeps what
+it was asked; ``FakeToolSource`` serves in-memory tools as a tool source
+does (``Session(approver=..., sources=[...])``).
 ``FakeMessagesAPI`` is a local, scripted stand-in for the Anthropic Messages
 API that the real ``anthropic`` SDK talks to through its base URL.
 """
@@ -12,12 +15,19 @@ import asyncio
 import json
 import math
 import threading
+import time
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
+from typing_extensions import override
+
+from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver
+from cellgate.gate.calls.registry import Tool, tool_from_function
+from cellgate.gate.calls.sources import ToolSource
+from cellgate.gate.config import Settings
 from cellgate.gate.session.session import CellResult, Session
 
 T = TypeVar("T")
@@ -58,6 +68,81 @@ class BlockingSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --------------------------------------------------------------------------
+# A scripted approver and an in-memory tool source.
+
+# One scripted answer: "allow"/"deny", True (allow)/False (deny), or a whole ApprovalAnswer.
+ScriptedAnswer = Literal["allow", "deny"] | bool | ApprovalAnswer
+
+
+class ScriptedApprover(Approver):
+    """Answers approval requests from a script, and keeps every request it was asked.
+
+    ``script`` is either a sequence whose items answer one request each, in
+    order, or a callable(request) -> answer asked every time. When a sequence
+    runs out, the request is denied with a reason saying so (a test that asks
+    more than it scripted sees it, never hangs). ``asked`` and ``withdrawn``
+    are appended to on the gate's loop; read them after the cell ended.
+    """
+
+    name = "scripted"
+
+    def __init__(self, script: Sequence[ScriptedAnswer] | Callable[[ApprovalRequest], ScriptedAnswer]) -> None:
+        self._answer = script if callable(script) else None
+        self._script = list(script) if not callable(script) else []
+        self.asked: list[ApprovalRequest] = []
+        self.withdrawn: list[tuple[ApprovalRequest, str]] = []
+
+    @override
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.asked.append(request)
+        if self._answer is not None:
+            answer = self._answer(request)
+        elif self._script:
+            answer = self._script.pop(0)
+        else:
+            return ApprovalAnswer("deny", self.name, f"the approver's script is exhausted (request "
+                                  f"{len(self.asked)}, tool {request.tool!r})", time.time())
+        if isinstance(answer, ApprovalAnswer):
+            return answer
+        decision: Literal["allow", "deny"] = "allow" if answer is True or answer == "allow" else "deny"
+        return ApprovalAnswer(decision, self.name, "scripted", time.time())
+
+    @override
+    def withdraw(self, request: ApprovalRequest, reason: str) -> None:
+        self.withdrawn.append((request, reason))
+
+
+class FakeToolSource(ToolSource):
+    """A tool source serving in-memory tools: functions (described from their signatures) or ``Tool``s.
+
+    ``decision`` is the functions' default decision when the policy names
+    them, as a real source's annotation would be (None: ``[policy] default``).
+    ``opened`` and ``closed`` count the provisioner's calls; ``notes`` are
+    journalled as a real source's are.
+    """
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]], *, settings: Settings | None = None,
+                 decision: Literal["allow", "deny", "approve"] | None = None,
+                 notes: Iterable[dict[str, Any]] = ()) -> None:
+        super().__init__(settings or Settings())
+        self.tools = [item if isinstance(item, Tool)
+                      else replace(tool_from_function(item, source="fake"), default_decision=decision)
+                      for item in tools]
+        self.notes = [dict(note) for note in notes]
+        self.opened = 0
+        self.closed = 0
+
+    @override
+    def open(self) -> list[Tool]:
+        self.opened += 1
+        return list(self.tools)
+
+    @override
+    def close(self) -> None:
+        self.closed += 1
 
 
 # --------------------------------------------------------------------------
