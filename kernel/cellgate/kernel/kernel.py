@@ -25,8 +25,9 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 from traitlets import Float
+from typing_extensions import override
 
-from . import outlog, runtime
+from . import outlog, runtime, wire
 
 THREAD_STACK_BYTES = 2 << 20
 
@@ -44,7 +45,7 @@ def apply_memory_limit() -> None:
     An over-allocation then fails as ``MemoryError`` inside the cell and the
     kernel survives, instead of the whole sandbox being OOM-killed.
     """
-    limit = os.environ.get("CELLGATE_RLIMIT_AS")
+    limit = os.environ.get(wire.ENV_RLIMIT_AS)
     if limit and limit.isdigit():
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
         # Thread stacks reserve address space up front (8 MiB each by default):
@@ -72,7 +73,7 @@ def threads_inherit_the_cell() -> None:
         original_start(thread)
 
     start._cellgate = True  # type: ignore[attr-defined]
-    threading.Thread.start = start  # type: ignore[method-assign]
+    threading.Thread.start = start  # type: ignore[method-assign, assignment]
 
 
 class OutputCap:
@@ -137,15 +138,15 @@ class CellgateKernel(IPythonKernel):
     banner = "cellgate: an IPython kernel in a gVisor sandbox; tools calls are gated and recorded"
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.gate_client = runtime.GateClient(reply_wait=_env_float("CELLGATE_REPLY_WAIT", 3600.0))
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        self.gate_client = runtime.GateClient(reply_wait=_env_float(wire.ENV_REPLY_WAIT, 3600.0))
         runtime.install(self.gate_client)
         self._preload_tools()
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
-        limit = os.environ.get("CELLGATE_OUTPUT_LIMIT", "")
+        limit = os.environ.get(wire.ENV_OUTPUT_LIMIT, "")
         self.output_cap = OutputCap(int(limit)) if limit.isdigit() else None
-        log_path = os.environ.get("CELLGATE_OUTPUT_LOG")
+        log_path = os.environ.get(wire.ENV_OUTPUT_LOG)
         self.output_log = outlog.OutputLog(log_path) if log_path else None
         if self.session is not None:
             outlog.number_iopub(self.session, (self.iopub_socket, getattr(self, "iopub_thread", None)))
@@ -158,7 +159,7 @@ class CellgateKernel(IPythonKernel):
                     self.output_cap.wrap(stream)
 
     def _restricted_runner(self) -> Any:
-        setting = os.environ.get("CELLGATE_RESTRICTED")
+        setting = os.environ.get(wire.ENV_RESTRICTED)
         if setting is None:
             return None
         from .restricted import RestrictedRunner
@@ -166,14 +167,16 @@ class CellgateKernel(IPythonKernel):
         preload = {"tools": self.shell.user_ns["tools"]} if self.shell and "tools" in self.shell.user_ns else {}
         return RestrictedRunner(frozenset(json.loads(setting)), preload)
 
-    async def do_execute(self, code: str, silent: bool, store_history: bool = True,  # type: ignore[override]
+    @override
+    async def do_execute(self, code: str, silent: bool, store_history: bool = True,
                          user_expressions: Any = None, allow_stdin: bool = False, *, cell_meta: Any = None,
                          cell_id: Any = None) -> dict[str, Any]:
         if self.output_cap is not None:
             self.output_cap.new_cell()
         if self.restricted is None:
-            return await super().do_execute(code, silent, store_history, user_expressions, allow_stdin,
-                                            cell_meta=cell_meta, cell_id=cell_id)
+            reply: dict[str, Any] = await super().do_execute(  # type: ignore[no-untyped-call]
+                code, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id)
+            return reply
         assert self.shell is not None
         count = self.shell.execution_count
         if store_history:
@@ -182,7 +185,7 @@ class CellgateKernel(IPythonKernel):
             self.restricted.run(code)
         except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like IPython reports one
             error = {"ename": type(exc).__name__, "evalue": str(exc), "traceback": _cell_traceback(exc)}
-            self.send_response(self.iopub_socket, "error", error)
+            self.send_response(self.iopub_socket, "error", error)  # type: ignore[no-untyped-call]
             return {"status": "error", "execution_count": count, **error}
         finally:
             sys.stdout.flush()
@@ -200,6 +203,7 @@ class CellgateKernel(IPythonKernel):
         # Keep `tools` out of %who and `del`-by-reset surprises like other preloads.
         self.shell.user_ns_hidden["tools"] = tools
 
+    @override
     async def process_control(self, msg: Any) -> None:
         """Gate replies skip ipykernel's control round; everything else takes it.
 
@@ -223,7 +227,7 @@ class CellgateKernel(IPythonKernel):
                 return
             self._gate_reply(reply)
             return
-        await super().process_control(msg)
+        await super().process_control(msg)  # type: ignore[no-untyped-call]
 
     def _gate_reply(self, msg: dict[str, Any]) -> None:
         content = msg.get("content") or {}

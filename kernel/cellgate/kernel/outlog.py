@@ -73,7 +73,7 @@ class OutputLog:
         stream.write = logged_write
         stream.flush = logged_flush
         # ipykernel keeps hooks per thread and sends from its IOPub thread: register there.
-        pub_thread = getattr(stream, "pub_thread", None)
+        pub_thread: Any = getattr(stream, "pub_thread", None)
         if hasattr(stream, "register_hook") and hasattr(pub_thread, "schedule"):
             pub_thread.schedule(lambda: stream.register_hook(before_send))
 

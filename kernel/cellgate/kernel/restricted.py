@@ -24,6 +24,7 @@ from __future__ import annotations
 import operator
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 # Always importable in restricted mode; the operator's [sandbox] allowed_imports adds to it.
@@ -38,7 +39,7 @@ FILENAME = "<cell>"
 
 def check(source: str) -> list[str]:
     """RestrictedPython's compile-time verdict on a program: the violations, or [] (compile only)."""
-    from RestrictedPython import compile_restricted_exec
+    from RestrictedPython.compile import compile_restricted_exec
 
     return list(compile_restricted_exec(source, filename=FILENAME).errors)
 
@@ -68,19 +69,20 @@ class RestrictedRunner:
     """One persistent namespace; ``run`` executes a program in it under the guards."""
 
     def __init__(self, imports: frozenset[str], preload: dict[str, Any]) -> None:
-        from RestrictedPython import limited_builtins, safe_builtins
         from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
         from RestrictedPython.Guards import (
             full_write_guard,
             guarded_iter_unpack_sequence,
             guarded_unpack_sequence,
+            safe_builtins,
             safer_getattr,
         )
+        from RestrictedPython.Limits import limited_builtins
 
         self.imports = DEFAULT_IMPORTS | imports
 
         def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-            value = safer_getattr(obj, name, *default) if default else safer_getattr(obj, name, _RAISE)
+            value = safer_getattr(obj, name, *(default or (_RAISE,)))  # type: ignore[no-untyped-call]
             if value is _RAISE:
                 raise AttributeError(name)
             if isinstance(value, types.ModuleType) and not allowed(value.__name__, self.imports):
@@ -122,10 +124,10 @@ class RestrictedRunner:
         }
 
     def run(self, source: str) -> None:
-        from RestrictedPython import compile_restricted_exec
+        from RestrictedPython.compile import compile_restricted_exec
 
         result = compile_restricted_exec(source, filename=FILENAME)
-        if result.errors:
+        if result.errors or result.code is None:
             raise SyntaxError("restricted mode refused this program: " + "; ".join(result.errors))
         exec(result.code, self.namespace)  # noqa: S102 - guarded bytecode, inside the sandbox
 
@@ -136,7 +138,7 @@ SAFE_EXTRA = ("all", "any", "dict", "enumerate", "filter", "iter", "map", "max",
               "sorted", "sum", "zip", "print", "format", "bytes", "bytearray", "object", "NotImplemented",
               "ascii", "bin", "frozenset", "set", "StopAsyncIteration")
 
-INPLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+INPLACE: dict[str, Callable[[Any, Any], Any]] = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
            "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
            ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
            "@=": operator.imatmul}

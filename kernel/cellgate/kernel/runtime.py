@@ -63,7 +63,7 @@ class GateClient:
         # The host enforces the real per-call deadline; this one only keeps a
         # cell from waiting forever if the host never answers.
         self._reply_wait = reply_wait
-        self._pending: dict[str, tuple[str, Future[Any]]] = {}
+        self._pending: dict[str, tuple[str, Future[Any] | asyncio.Future[Any]]] = {}
         self._outbox: list[tuple[dict[str, Any], int]] = []
         # Call ids: random per kernel, then counted (a getrandom per call is slow inside gVisor).
         self._id_prefix = secrets.token_hex(8)
@@ -216,7 +216,9 @@ def _settle(tool: str, future: Any, data: dict[str, Any]) -> None:
     if data.get("ok") is True:
         future.set_result(data.get("result"))
         return
-    error = data.get("error") if isinstance(data.get("error"), dict) else {}
+    error = data.get("error")
+    if not isinstance(error, dict):
+        error = {}
     kind = str(error.get("kind", "failed"))
     message = str(error.get("message", "the gate returned a malformed error"))
     future.set_exception(error_for(kind, tool, message))

@@ -17,7 +17,9 @@ import os
 import random
 import time
 
-READY_ENV = "CELLGATE_SNAPSHOT_READY"
+from . import wire
+
+READY_ENV = wire.ENV_SNAPSHOT_READY
 
 # Imported before the snapshot: what the kernel and ipykernel's start import.
 PRELOAD = (

@@ -53,3 +53,13 @@ MAX_BATCH_CALLS: Final = 64
 # its size before it starts over, and the metadata key numbering IOPub messages.
 OUTPUT_LOG_BYTES: Final = 1 << 20
 SEQ_KEY: Final = "cellgate_seq"
+
+# The kernel's environment: set by the host (``cellgate.gate.sandbox.oci``), read by the kernel. Names only.
+ENV_RLIMIT_AS: Final = "CELLGATE_RLIMIT_AS"  # address-space cap in bytes (kernel.apply_memory_limit)
+ENV_REPLY_WAIT: Final = "CELLGATE_REPLY_WAIT"  # seconds a tool call waits for the gate's reply
+ENV_OUTPUT_LIMIT: Final = "CELLGATE_OUTPUT_LIMIT"  # bytes one cell may print before the kernel drops the rest
+ENV_OUTPUT_LOG: Final = "CELLGATE_OUTPUT_LOG"  # the output log's path (outlog)
+ENV_RESTRICTED: Final = "CELLGATE_RESTRICTED"  # restricted mode's extra allowed imports, a JSON list
+ENV_SNAPSHOT_READY: Final = "CELLGATE_SNAPSHOT_READY"  # where a kernel built for a snapshot says it is ready
+KERNEL_ENV: Final = frozenset({ENV_RLIMIT_AS, ENV_REPLY_WAIT, ENV_OUTPUT_LIMIT, ENV_OUTPUT_LOG, ENV_RESTRICTED,
+                               ENV_SNAPSHOT_READY})

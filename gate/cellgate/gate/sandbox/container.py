@@ -28,6 +28,7 @@ import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import mounts, oci, snapshot
 from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.kernel import wire
 
 Isolation = Literal["gvisor", "none"]
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
@@ -87,7 +88,7 @@ def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
 def reap_leftovers(root: Path | None = None) -> list[str]:
     """Delete sandboxes whose owning host process is gone; returns their ids."""
     root = root or run_root()
-    reaped = []
+    reaped: list[str] = []
     if not root.is_dir():
         return reaped
     for folder in root.iterdir():
@@ -210,8 +211,8 @@ class Sandbox:
             if not self.snapshot_build:
                 self.path("conn", "kernel.json").chmod(0o400)
                 os.chown(self.path("conn", "kernel.json"), uid, gid)
-            for name, target in oci.rootfs_links().items():
-                os.symlink(target, self.path("bundle", "rootfs", name))
+            for link, points_to in oci.rootfs_links().items():
+                os.symlink(points_to, self.path("bundle", "rootfs", link))
             layout = oci.Layout(
                 bundle=str(self.path("bundle")), etc=str(self.path("etc")), ipc=str(self.path("ipc")),
                 conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=python_dirs(),
@@ -282,7 +283,7 @@ class Sandbox:
             env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))
-            env["CELLGATE_OUTPUT_LOG"] = str(self.path("ipc", oci.OUTPUT_LOG))
+            env[wire.ENV_OUTPUT_LOG] = str(self.path("ipc", oci.OUTPUT_LOG))
             cwd = str(self.path("log"))
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Final
 
+from cellgate.kernel import wire
+
 SANDBOX_UID: Final = 1000
 SANDBOX_GID: Final = 1000
 
@@ -43,13 +45,8 @@ ENV_ALLOWLIST: Final = frozenset(
         "MPLCONFIGDIR",
         "MPLBACKEND",
         "TMPDIR",
-        "CELLGATE_RLIMIT_AS",
-        "CELLGATE_REPLY_WAIT",
-        "CELLGATE_RESTRICTED",
-        "CELLGATE_OUTPUT_LIMIT",
         "MALLOC_ARENA_MAX",
-        "CELLGATE_SNAPSHOT_READY",
-        "CELLGATE_OUTPUT_LOG",
+        *wire.KERNEL_ENV,
     }
 )
 
@@ -159,20 +156,20 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
         "IPYTHONDIR": "/tmp/ipython",
         "MPLCONFIGDIR": "/tmp/matplotlib",
         "TMPDIR": "/tmp",
-        "CELLGATE_RLIMIT_AS": str(limits.address_space_bytes),
-        "CELLGATE_REPLY_WAIT": f"{reply_wait:g}",
-        "CELLGATE_OUTPUT_LIMIT": str(limits.kernel_output_bytes),
+        wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
+        wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
+        wire.ENV_OUTPUT_LIMIT: str(limits.kernel_output_bytes),
         # glibc reserves 64 MiB of address space per thread arena; under the
         # RLIMIT_AS cap that would leave room for only a few dozen threads.
         "MALLOC_ARENA_MAX": "2",
         # Where a kernel started without a connection file says it is ready to
         # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
-        "CELLGATE_SNAPSHOT_READY": f"{IPC_DIR}/{SNAPSHOT_READY}",
+        wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",
         # Where the kernel also writes its stream output (cellgate.kernel.outlog).
-        "CELLGATE_OUTPUT_LOG": f"{IPC_DIR}/{OUTPUT_LOG}",
+        wire.ENV_OUTPUT_LOG: f"{IPC_DIR}/{OUTPUT_LOG}",
     }
     if restricted is not None:
-        env["CELLGATE_RESTRICTED"] = json.dumps(sorted(restricted))
+        env[wire.ENV_RESTRICTED] = json.dumps(sorted(restricted))
     assert set(env) <= ENV_ALLOWLIST
     return [f"{k}={v}" for k, v in sorted(env.items())]
 
