@@ -10,8 +10,7 @@ import pytest
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, load_approver
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls.sources import ToolSource
-from cellgate.gate.session.launch import open_given_sources
+from cellgate.gate.calls.sources import ToolSource, open_all
 from cellgate.gate.testing import FakeToolSource, ScriptedApprover
 
 
@@ -62,7 +61,7 @@ def double(x: int) -> int:
 def test_fake_tool_source_serves_its_tools_into_the_session_registry() -> None:
     source = FakeToolSource([double], decision="approve", notes=[{"message": "fake"}])
     registry = ToolRegistry()
-    opened = open_given_sources([source], registry)
+    opened = open_all([source], registry)
     assert opened == [source] and source.opened == 1
     assert [(e["name"], e["description"], e["order"]) for e in registry.manifest()] == [("double", "Twice x.", ["x"])]
     tool = registry.get("double")
@@ -84,12 +83,12 @@ class Broken(ToolSource):
 def test_a_source_that_fails_to_open_closes_the_ones_already_open() -> None:
     first = FakeToolSource([double])
     with pytest.raises(ConfigError, match="broken source"):
-        open_given_sources([first, Broken(first.settings)], ToolRegistry())
+        open_all([first, Broken(first.settings)], ToolRegistry())
     assert (first.opened, first.closed) == (1, 1)
 
 
 def test_two_sources_with_the_same_tool_name_are_refused() -> None:
     sources = [FakeToolSource([double]), FakeToolSource([double])]
     with pytest.raises(ConfigError, match="tool 'double' is defined twice"):
-        open_given_sources(sources, ToolRegistry())
+        open_all(sources, ToolRegistry())
     assert [(s.opened, s.closed) for s in sources] == [(1, 1), (1, 1)]

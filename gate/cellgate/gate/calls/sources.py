@@ -8,7 +8,7 @@ knows the configuration's shape but not the implementation.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -59,9 +59,14 @@ def configured_sources(settings: Settings) -> list[ToolSource]:
 
 def open_sources(settings: Settings, registry: Any) -> list[ToolSource]:
     """Open every configured source and add its tools to ``registry``; on failure close them all."""
+    return open_all(configured_sources(settings), registry)
+
+
+def open_all(sources: Iterable[ToolSource], registry: Any) -> list[ToolSource]:
+    """Open ``sources`` in order and add their tools to ``registry``; on failure close the ones opened."""
     opened: list[ToolSource] = []
     try:
-        for source in configured_sources(settings):
+        for source in sources:
             opened.append(source)
             for tool in source.open():
                 registry.add(tool)

@@ -27,7 +27,7 @@ from cellgate.gate.calls.approval import ApprovalRequest, Approver
 from cellgate.gate.calls.dispatch import Gate
 from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls.sources import ToolSource, close_sources
+from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
@@ -153,17 +153,3 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
                      "allow_comms": settings.frontend.allow_comms},
         **extra,
     }
-
-
-def open_given_sources(sources: Sequence[ToolSource], registry: ToolRegistry) -> list[ToolSource]:
-    """Open the caller's sources and add their tools to ``registry``; on failure close the ones opened."""
-    opened: list[ToolSource] = []
-    try:
-        for source in sources:
-            opened.append(source)
-            for tool in source.open():
-                registry.add(tool)
-    except BaseException:
-        close_sources(opened)
-        raise
-    return opened

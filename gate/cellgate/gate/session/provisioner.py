@@ -28,14 +28,13 @@ from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
+from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
 from cellgate.gate.sandbox.runsc import find as find_runsc
 from cellgate.gate.session.bounds import HostBounds
 from cellgate.gate.session.launch import (
     LaunchOptions,
-    open_given_sources,
     sandbox_config,
     session_metadata,
     settings_for,
@@ -123,9 +122,9 @@ class GVisorProvisioner(LocalProvisioner):
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
         registry = options.registry or ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
-        sources = [] if options.registry else open_sources(settings, registry)
+        configured = [] if options.registry else configured_sources(settings)
+        sources = open_all([*configured, *options.sources], registry)
         try:
-            sources += open_given_sources(options.sources, registry)
             tools_files = stubgen.generate(registry.manifest())
             metadata = session_metadata(settings, registry, runsc, [*settings.tool_paths(), *granted],
                                         uuid.uuid4().hex, options.metadata)
