@@ -22,7 +22,7 @@ def test_every_sandbox_setting_can_be_overridden_per_session() -> None:
 def test_session_builds_frozen_launch_options() -> None:
     session = Session(tools=["a.py", Path("b.py")], notebook="run.ipynb", isolation="none", memory_mb=512,
                       metadata={"origin": "test"})
-    options = session._options
+    options = session.launch_options
     assert isinstance(options, LaunchOptions)
     assert options.tools == ("a.py", "b.py") and options.notebook == Path("run.ipynb")
     assert dict(options.sandbox) == {"isolation": "none", "memory_mb": 512}

@@ -7,7 +7,8 @@ code. It therefore holds no secret and no policy, and imports nothing from
 
 Modules:
 
-- ``wire``: the tool-call protocol shared with the host (names and shapes only).
+- ``wire``: the contract shared with the host: the tool-call protocol and the kernel's
+  environment (names and shapes only).
 - ``errors``: the exceptions a tool call raises inside a cell.
 - ``runtime``: the comm client the generated ``tools`` stubs call.
 - ``stubgen``: generates the ``tools`` package source from a tool manifest.

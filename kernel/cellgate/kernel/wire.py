@@ -1,7 +1,8 @@
 """The tool-call protocol between the sandboxed kernel and the host gate.
 
 Names and shapes only; both sides import this module, so it holds nothing
-secret and does no I/O.
+secret and does no I/O. It also names the kernel's environment (``ENV_*``),
+which the host sets (``cellgate.gate.sandbox.oci``) and the kernel reads.
 
 Kernel -> host, a ``comm_msg`` on IOPub on a comm with target ``COMM_TARGET``::
 

@@ -150,6 +150,11 @@ class Session:
         self._client: Any = None
         self.dead = False
 
+    @property
+    def launch_options(self) -> LaunchOptions:
+        """What this session hands its provisioner (frozen)."""
+        return self._options
+
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> Session:
         if self.km is not None:
