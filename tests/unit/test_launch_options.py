@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import MappingProxyType
 from typing import get_type_hints
 
 import pytest
 
-from cellgate.gate._errors import ConfigError
+from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate.config import SandboxSettings, Settings
 from cellgate.gate.session.launch import LaunchOptions, SandboxOverrides, sandbox_config, settings_for
+from cellgate.gate.session.provisioner import GVisorProvisioner
 from cellgate.gate.session.session import Session
 
 
@@ -45,3 +47,12 @@ def test_a_bad_sandbox_option_names_the_field_and_value() -> None:
     assert "128" in str(caught.value)
     with pytest.raises(ConfigError, match="sandbox options: .*memroy_mb"):
         settings_for(LaunchOptions(settings=Settings(), sandbox={"memroy_mb": 512}), None)
+
+
+def test_the_provisioner_takes_only_launch_options_and_says_when_it_is_not_started() -> None:
+    provisioner = GVisorProvisioner(kernel_id="k", kernel_spec=None)
+    assert provisioner.options == LaunchOptions() and provisioner.service is None
+    with pytest.raises(SessionError, match="not started; call start"):
+        provisioner.started
+    with pytest.raises(ConfigError, match="takes a LaunchOptions, not dict"):
+        asyncio.run(provisioner.pre_launch(cellgate={"tools": ["a.py"]}))
