@@ -32,7 +32,7 @@ from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.dispatch import Gate
 from cellgate.gate.calls.policy import policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
+from cellgate.gate.calls.sources import ToolSource, close_sources, describe_sources, open_sources
 from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
@@ -134,9 +134,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
                 "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
             },
             "tools": {"manifest": self.registry.manifest(), "manifest_sha256": self.registry.manifest_sha256(),
-                      "sources": [str(p) for p in tool_paths] + [
-                          f"mcp:{name} ({'stdio' if server.command else 'streamable HTTP'})"
-                          for name, server in settings.mcp.servers.items()]},
+                      "sources": [str(p) for p in tool_paths] + describe_sources(settings)},
             "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
             # Read back by the Reducer: the notebook shows outputs as sanitized under these settings.
             "frontend": {"outputs": "sanitized", "trusted_mime": list(settings.frontend.trusted_mime),
