@@ -15,6 +15,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -282,6 +284,23 @@ async def concurrent(folder: Path, count: int) -> tuple[int, list[float]]:
         await asyncio.gather(*(s.shutdown() for s in sessions), return_exceptions=True)
 
 
+def light_imports(rounds: int) -> dict[str, list[float]]:
+    """Each in a fresh interpreter: importing the policy module (target: under 0.2 s), and `cellgate --help`
+    against a bare `python -c pass` (the light commands must not import jupyter_client, jsonschema or the Session)."""
+    timed_import = ("import time; t = time.perf_counter(); import cellgate.gate.calls.policy; "
+                    "print((time.perf_counter() - t) * 1000)")
+    cli = [sys.executable, "-m", "cellgate.gate", "--help"]
+    times: dict[str, list[float]] = {"policy": [], "python": [], "help": []}
+    for _ in range(rounds):
+        done = subprocess.run([sys.executable, "-c", timed_import], capture_output=True, text=True, check=True)
+        times["policy"].append(float(done.stdout))
+        for name, argv in (("python", [sys.executable, "-c", "pass"]), ("help", cli)):
+            t = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return times
+
+
 def machine() -> dict:
     runsc = find_runsc()
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
@@ -307,6 +326,7 @@ async def main() -> None:
         nw = await northwind(folder, 3 if args.quick else 7)
         first, last = await long_session(folder, args.long if not args.quick else 100)
         answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
+    light = light_imports(5 if args.quick else 15)
     rows = [
         row("cold start, plain ipykernel", starts["plain"]),
         row("cold start, cellgate (gVisor, snapshot image)", starts["snapshot"], baseline=starts["plain"]),
@@ -326,6 +346,9 @@ async def main() -> None:
         row("trivial cell, cells 1-20 of a long session", first),
         row(f"trivial cell, last 20 of {args.long if not args.quick else 100} cells", last, baseline=first),
         row(f"cell round trip with {len(conc)} sandboxed kernels up", conc),
+        row("import cellgate.gate.calls.policy (target < 200)", light["policy"]),
+        row("python -c pass (process)", light["python"]),
+        row("cellgate --help (process)", light["help"], baseline=light["python"]),
     ]
     lines = [f"| {'metric':<48} | {'median':>10} | {'p95':>10} | unit     | ratio |", f"|{'-' * 50}|{'-' * 12}|{'-' * 12}|----------|-------|"]
     for r in rows:
