@@ -107,6 +107,9 @@ class AuditConfig(StrictModel):
 
 
 class Settings(StrictModel):
+    """The core's sections. ``load_settings`` returns an instance of ``settings_type()``, this class with the
+    installed extensions' sections added; read those with ``section``."""
+
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
