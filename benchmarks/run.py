@@ -16,6 +16,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -273,6 +275,23 @@ async def concurrent(folder: Path, count: int) -> tuple[int, list[float]]:
         await asyncio.gather(*(s.shutdown() for s in sessions), return_exceptions=True)
 
 
+def light_imports(rounds: int) -> dict[str, list[float]]:
+    """Each in a fresh interpreter: importing the policy module (target: under 0.2 s), and `cellgate --help`
+    against a bare `python -c pass` (the light commands must not import jupyter_client, jsonschema or the Session)."""
+    timed_import = ("import time; t = time.perf_counter(); import cellgate.gate.calls.policy; "
+                    "print((time.perf_counter() - t) * 1000)")
+    cli = [sys.executable, "-m", "cellgate.gate", "--help"]
+    times: dict[str, list[float]] = {"policy": [], "python": [], "help": []}
+    for _ in range(rounds):
+        done = subprocess.run([sys.executable, "-c", timed_import], capture_output=True, text=True, check=True)
+        times["policy"].append(float(done.stdout))
+        for name, argv in (("python", [sys.executable, "-c", "pass"]), ("help", cli)):
+            t = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return times
+
+
 def machine() -> dict:
     runsc = find_runsc()
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
@@ -281,7 +300,7 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
-SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent")
+SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -331,6 +350,11 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         answering, conc = await concurrent(folder, args.kernels if not args.quick else 4)
         rows.append(row(f"cell round trip with {len(conc)} sandboxed kernels up", conc))
         note = f"\n{answering} of {len(conc)} concurrent sandboxed kernels answered a cell within 1 s."
+    if "imports" in args.only:
+        light = light_imports(5 if args.quick else 15)
+        rows += [row("import cellgate.gate.calls.policy (target < 200)", light["policy"]),
+                 row("python -c pass (process)", light["python"]),
+                 row("cellgate --help (process)", light["help"], baseline=light["python"])]
     return rows, note
 
 

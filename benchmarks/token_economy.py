@@ -12,7 +12,7 @@ the input tokens of all of them.
 
 Tokens are counted with the API's `messages.count_tokens` when a real key
 and endpoint are configured (ANTHROPIC_API_KEY set, ANTHROPIC_BASE_URL unset
-or not local); otherwise with cellgate.gate.testing.estimate_tokens, an
+or not local); otherwise with cellgate.extensions.anthropic.testing.estimate_tokens, an
 offline estimate of 4 characters of request JSON per token. The table says
 which. Every run must also get the task right, or the benchmark stops.
 """
@@ -32,10 +32,10 @@ from typing import Any
 import anthropic
 
 from cellgate.extensions.anthropic import AgentLoop
+from cellgate.extensions.anthropic.config import AgentSettings
+from cellgate.extensions.anthropic.testing import FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 from cellgate.gate import Session
-from cellgate.gate.config import AgentSettings
 from cellgate.gate.sandbox.runsc import find as find_runsc
-from cellgate.gate.testing import FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run import machine  # noqa: E402 - the sibling benchmark's machine description
@@ -170,7 +170,7 @@ async def measure(task: Task, mode: str, folder: Path, count: Callable[[dict[str
 async def main() -> None:
     counter = real_counter()
     how = ("the API's messages.count_tokens" if counter else
-           "the offline estimate (cellgate.gate.testing.estimate_tokens: 4 characters of request JSON per token)")
+           "the offline estimate (cellgate.extensions.anthropic.testing.estimate_tokens: 4 characters of request JSON per token)")
     rows = []
     with tempfile.TemporaryDirectory(prefix="cellgate-tokens-") as tmp:
         for index, task in enumerate(TASKS):

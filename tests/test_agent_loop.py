@@ -1,7 +1,7 @@
 """The agent loop (`cellgate run`) through the real `anthropic` SDK against the local fake Messages API.
 
 Every program runs in the real gVisor sandbox; the fake API only stands in
-for the model, answering from a script (cellgate.gate.testing).
+for the model, answering from a script (cellgate.extensions.anthropic.testing).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import nbformat
 import pytest
 
 from cellgate.extensions.anthropic import AgentLoop, AgentRun
+from cellgate.extensions.anthropic.config import AgentSettings
+from cellgate.extensions.anthropic.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 from cellgate.gate import Session
-from cellgate.gate.config import AgentSettings
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
-from cellgate.gate.testing import (APIFailure, FakeMessagesAPI, estimate_tokens, normalize_notebook, reply, text,
-                                   tool_use)
+from cellgate.gate.testing import normalize_notebook
 
 pytestmark = pytest.mark.gvisor
 

@@ -23,6 +23,34 @@ def test_import_contracts_hold() -> None:
     assert f"Contracts: {len(contracts)} kept, 0 broken." in done.stdout
 
 
+def test_the_contracts_state_the_architecture() -> None:
+    """The rules STYLE.md and ARCHITECTURE.md state are contracts (so the count above cannot pass with them gone)."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = [c for c in contracts if c["type"] == "layers"]
+    assert [(c["containers"], c["layers"]) for c in layers] == [
+        (["cellgate.gate"], ["ops", "session", "audit", "calls", "sandbox"])]
+    forbidden = {(tuple(c["source_modules"]), tuple(c["forbidden_modules"])) for c in contracts
+                 if c["type"] == "forbidden"}
+    assert (("cellgate.kernel",), ("cellgate.gate", "cellgate.extensions")) in forbidden
+    assert (("cellgate.gate",), ("cellgate.extensions",)) in forbidden
+    assert (("cellgate.gate.sandbox",), ("cellgate.gate.calls", "cellgate.gate.audit")) in forbidden
+    assert (("cellgate.extensions",), ("cellgate.gate.*",)) in forbidden
+    kernel_rule = next(f for s, f in forbidden if s == ("cellgate.gate",) and "cellgate.kernel.runtime" in f)
+    assert {"cellgate.kernel.kernel", "cellgate.kernel.outlog", "cellgate.kernel.snapshot"} <= set(kernel_rule)
+
+
+def test_light_imports_stay_light() -> None:
+    """The policy, the config (with every extension's section) and the CLI's parser import no heavy dependency:
+    jsonschema alone takes seconds where rfc3987_syntax is installed; the Session brings jupyter_client and zmq."""
+    code = ("import sys; import cellgate.gate, cellgate.gate.calls.policy, cellgate.gate.calls.registry, "
+            "cellgate.gate.ops.cli; from cellgate.gate.config import load_settings; load_settings(None); "
+            "from importlib.metadata import entry_points; [e.load() for e in entry_points(group='cellgate.commands')]; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'jupyter_client', 'zmq', "
+            "'docstring_parser', 'nbformat', 'anthropic', 'mcp', 'httpx2') or m.startswith('cellgate.gate.session')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_kernel_side_depends_only_on_ipykernel_and_the_stdlib() -> None:
     code = ("import sys; import cellgate.kernel.kernel, cellgate.kernel.runtime; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "

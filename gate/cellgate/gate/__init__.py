@@ -4,6 +4,10 @@ Public API::
 
     from cellgate.gate import Session, CellResult, Tool, ToolRegistry, Settings
 
+It is also all that extensions (``cellgate.extensions.*``) may import from the
+gate (an import-linter contract): tool sources, config sections, the helpers
+an agent loop or a server needs to show text to a model or a terminal.
+
 The face is lazy: importing a room (``cellgate.gate.calls.policy``) does not
 import jupyter_client or the Session, so the CLI's light commands start fast.
 """
@@ -18,48 +22,71 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
         CellgateError,
         ConfigError,
         KernelDied,
+        PoolExhausted,
         SandboxError,
         SandboxUnavailable,
         SessionError,
+        SourceUnavailable,
     )
+    from cellgate.gate._model import StrictModel
+    from cellgate.gate._terminal import clean as clean_for_terminal
+    from cellgate.gate._terminal import reveal as reveal_for_terminal
     from cellgate.gate.calls.dispatch import Secret
+    from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
-    from cellgate.gate.config import Settings, load_settings
-    from cellgate.gate.session.pool import Pool, PoolExhausted
+    from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
+    from cellgate.gate.calls.stubgen import RESERVED as RESERVED_TOOL_NAMES
+    from cellgate.gate.calls.stubgen import signature as stub_signature
+    from cellgate.gate.config import Settings, find_config, load_settings
+    from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
 
+# name on the face -> "module" (same name there) or "module:name"
 _FACE = {
     "CellResult": "cellgate.gate.session.session",
     "CellgateError": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "KernelDied": "cellgate.gate._errors",
     "Pool": "cellgate.gate.session.pool",
-    "PoolExhausted": "cellgate.gate.session.pool",
+    "PoolExhausted": "cellgate.gate._errors",
+    "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
     "SandboxError": "cellgate.gate._errors",
     "SandboxUnavailable": "cellgate.gate._errors",
     "Secret": "cellgate.gate.calls.dispatch",
     "Session": "cellgate.gate.session.session",
     "SessionError": "cellgate.gate._errors",
     "Settings": "cellgate.gate.config",
+    "SourceUnavailable": "cellgate.gate._errors",
+    "StrictModel": "cellgate.gate._model",
     "Tool": "cellgate.gate.calls.registry",
     "ToolRegistry": "cellgate.gate.calls.registry",
+    "ToolSource": "cellgate.gate.calls.sources",
+    "clean_for_terminal": "cellgate.gate._terminal:clean",
+    "close_sources": "cellgate.gate.calls.sources",
+    "find_config": "cellgate.gate.config",
     "load_settings": "cellgate.gate.config",
+    "open_sources": "cellgate.gate.calls.sources",
+    "reveal_for_terminal": "cellgate.gate._terminal:reveal",
+    "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
+    "trim": "cellgate.gate.calls.redaction",
 }
 
 __all__ = [
-    "CellResult", "CellgateError", "ConfigError", "KernelDied", "Pool", "PoolExhausted", "SandboxError",
-    "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "Tool", "ToolRegistry", "load_settings",
-    "tool_from_function",
+    "CellResult", "CellgateError", "ConfigError", "KernelDied", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES",
+    "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
+    "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
+    "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
 ]
 assert sorted(__all__) == sorted(_FACE)
 
 
 def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
+    where = _FACE.get(name)
+    if where is None:
         raise AttributeError(f"module 'cellgate.gate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attribute = where.partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 

@@ -3,25 +3,34 @@
 Found through ``--config``, then ``CELLGATE_CONFIG``, then ``cellgate.toml``
 in the working directory. Parsed into frozen pydantic models; unknown keys
 are rejected with their location and what to do.
+
+Extensions add their own sections (``[agent]``, ``[mcp]``, ...) through the
+``cellgate.config_sections`` entry points (section name -> pydantic model):
+``load_settings`` validates them with the rest of the file, and an extension
+reads its section typed with ``settings.section(name, Model)``.
 """
 
 from __future__ import annotations
 
-import keyword
+import functools
 import os
 import re
 import tomllib
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.calls.policy import Policy
 
 CONFIG_NAME = "cellgate.toml"
+SECTIONS_GROUP = "cellgate.config_sections"
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ToolsConfig(StrictModel):
@@ -32,27 +41,27 @@ class SandboxSettings(StrictModel):
     isolation: Literal["gvisor", "none"] = "gvisor"
     runsc: str | None = None
     platform: Literal["systrap", "ptrace", "kvm"] | None = None
-    memory_mb: int = Field(1024, ge=128, le=65536)
-    pids: int = Field(256, ge=128, le=65536)
-    open_files: int = Field(1024, ge=64, le=1 << 20)
-    tmp_mb: int = Field(256, ge=1, le=65536)
+    memory_mb: int = Field(default=1024, ge=128, le=65536)
+    pids: int = Field(default=256, ge=128, le=65536)
+    open_files: int = Field(default=1024, ge=64, le=1 << 20)
+    tmp_mb: int = Field(default=256, ge=1, le=65536)
     workspace: str | None = None
-    workspace_mb: int = Field(256, ge=1, le=1 << 20, description="size of /workspace: its private tmpfs, or the "
+    workspace_mb: int = Field(default=256, ge=1, le=1 << 20, description="size of /workspace: its private tmpfs, or the "
                               "most free space the filesystem of a host `workspace` folder may have")
-    cell_timeout: float = Field(600.0, gt=0)
-    interrupt_grace: float = Field(5.0, gt=0)
-    call_timeout: float = Field(30.0, gt=0)
-    start_timeout: float = Field(60.0, gt=0)
-    output_limit_kb: int = Field(8192, ge=16, description="recorded output per cell; head and tail are kept")
-    pool: int = Field(0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
+    cell_timeout: float = Field(default=600.0, gt=0)
+    interrupt_grace: float = Field(default=5.0, gt=0)
+    call_timeout: float = Field(default=30.0, gt=0)
+    start_timeout: float = Field(default=60.0, gt=0)
+    output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
+    pool: int = Field(default=0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
                                                   "(cellgate mcp serve); each is used by one session only")
-    snapshot: bool = Field(True, description="gVisor: start each sandbox from a snapshot image of a started "
+    snapshot: bool = Field(default=True, description="gVisor: start each sandbox from a snapshot image of a started "
                                              "kernel, built once per configuration")
-    max_message_mb: int = Field(64, ge=1, le=4096, description="largest message (each frame) the host reads from "
+    max_message_mb: int = Field(default=64, ge=1, le=4096, description="largest message (each frame) the host reads from "
                                                               "the kernel on any channel; a larger one stops the cell")
-    max_refusals_per_cell: int = Field(100, ge=1, le=1_000_000, description="refused tool calls a cell may make; "
+    max_refusals_per_cell: int = Field(default=100, ge=1, le=1_000_000, description="refused tool calls a cell may make; "
                                                                           "past them the cell is stopped")
-    restricted: bool = Field(False, description="also run cells under RestrictedPython (defense in depth)")
+    restricted: bool = Field(default=False, description="also run cells under RestrictedPython (defense in depth)")
     allowed_imports: list[str] = Field(default_factory=list, description="restricted mode: modules beyond the default set")
 
     @model_validator(mode="after")
@@ -71,55 +80,6 @@ class SandboxSettings(StrictModel):
         return names
 
 
-class AgentSettings(StrictModel):
-    """``[agent]``: defaults for ``cellgate run`` (its flags override them)."""
-
-    model: str = "claude-sonnet-4-5"
-    mode: Literal["code", "direct", "hybrid"] = "code"
-    max_turns: int = Field(20, ge=1, le=1000)
-    max_tokens: int = Field(4096, ge=16, le=128_000)
-    output_budget: int = Field(20_000, ge=200, description="characters of a cell's output the model sees")
-    image_limit_kb: int = Field(512, ge=0, description="larger images go back to the model as a note")
-    search_threshold: int = Field(30, ge=0, description="above this many tools, the prompt points at tools.search()")
-
-
-class McpServer(StrictModel):
-    """``[mcp.servers.NAME]``: an MCP server whose tools become ``tools.NAME.*``.
-
-    Connected by the host only: its command, environment and headers (where
-    credentials go) never reach the sandbox.
-    """
-
-    command: str | None = Field(None, description="stdio: the program to start")
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict, description="added to a minimal environment")
-    cwd: str | None = None
-    url: str | None = Field(None, description="streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    headers: dict[str, str] = Field(default_factory=dict)
-    optional: bool = Field(False, description="if it fails to start: a warning and its tools absent")
-    start_timeout: float = Field(30.0, gt=0)
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> McpServer:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
-        if self.url is not None and not re.match(r"^https?://", self.url):
-            raise ValueError(f"url {self.url!r} must start with http:// or https://")
-        return self
-
-
-class McpConfig(StrictModel):
-    servers: dict[str, McpServer] = Field(default_factory=dict)
-
-    @field_validator("servers")
-    @classmethod
-    def _names(cls, servers: dict[str, McpServer]) -> dict[str, McpServer]:
-        for name in servers:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", name) or keyword.iskeyword(name):
-                raise ValueError(f"server name {name!r} becomes tools.{name}: use letters, digits and _")
-        return servers
-
-
 class FrontendSettings(StrictModel):
     """``[frontend]``: what of a kernel's output a frontend (JupyterLab, nbclient, ...) may receive.
 
@@ -129,7 +89,7 @@ class FrontendSettings(StrictModel):
     trusted_mime: list[str] = Field(default_factory=list, description=(
         "MIME types passed to frontends exactly as the kernel sent them; whatever such a renderer can do, "
         "the sandbox's code can do in the user's browser"))
-    allow_comms: bool = Field(False, description=(
+    allow_comms: bool = Field(default=False, description=(
         "pass comms the kernel opens (ipywidgets and other custom comms) to frontends; widget views run "
         "their models' code in the page, so the sandbox's code can then act in the user's browser"))
 
@@ -147,21 +107,51 @@ class AuditConfig(StrictModel):
 
 
 class Settings(StrictModel):
+    """The core's sections. ``load_settings`` returns an instance of ``settings_type()``, this class with the
+    installed extensions' sections added; read those with ``section``."""
+
     tools: ToolsConfig = ToolsConfig()
     sandbox: SandboxSettings = SandboxSettings()
     audit: AuditConfig = AuditConfig()
     frontend: FrontendSettings = FrontendSettings()
-    agent: AgentSettings = AgentSettings()
-    mcp: McpConfig = McpConfig()
     policy: Policy = Policy()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)
+
+    def section(self, name: str, model: type[M]) -> M:
+        """An extension's section (``[name]``), validated by ``model``; its defaults when the file has none."""
+        value = getattr(self, name) if name in type(self).model_fields else model()
+        if not isinstance(value, model):
+            raise TypeError(f"[{name}] of cellgate.toml is a {type(value).__qualname__}, not a {model.__qualname__}; "
+                            f"check the {SECTIONS_GROUP} entry point named {name!r}")
+        return value
+
+    def configured_sections(self) -> list[str]:
+        """The extension sections whose values differ from their defaults, by name."""
+        extra = sorted(set(type(self).model_fields) - set(Settings.model_fields))
+        return [name for name in extra if getattr(self, name) != type(getattr(self, name))()]
 
     def resolve(self, path: str) -> Path:
         return (Path(self.base_dir) / os.path.expanduser(path)).resolve()
 
     def tool_paths(self) -> list[Path]:
         return [self.resolve(p) for p in self.tools.modules]
+
+
+@functools.cache
+def settings_type() -> type[Settings]:
+    """``Settings`` with a field for each section registered by an extension (see the module docstring)."""
+    sections: dict[str, Any] = {}
+    for entry in sorted(entry_points(group=SECTIONS_GROUP), key=lambda e: e.name):
+        model = entry.load()
+        if entry.name in Settings.model_fields or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise ConfigError(f"entry point {entry.name} = {entry.value!r} (group {SECTIONS_GROUP}) must name a "
+                              "pydantic model of a section cellgate does not define itself; fix or uninstall the "
+                              "package that provides it")
+        sections[entry.name] = (model, Field(default_factory=model))
+    if not sections:
+        return Settings
+    return create_model("Settings", __base__=Settings, __module__=__name__, **sections)
 
 
 def find_config(explicit: str | None = None, cwd: str | None = None) -> Path | None:
@@ -182,7 +172,7 @@ def find_config(explicit: str | None = None, cwd: str | None = None) -> Path | N
 
 def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
     if path is None:
-        return Settings(base_dir=cwd or os.getcwd())
+        return settings_type()(base_dir=cwd or os.getcwd())
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -190,7 +180,7 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc}") from None
     try:
-        return Settings(**data, base_dir=str(path.parent))
+        return settings_type()(**data, base_dir=str(path.parent))
     except ValidationError as exc:
         text = path.read_text()
 

@@ -40,8 +40,9 @@ async def _main(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from cellgate.gate import ConfigError, Session
-    from cellgate.gate._terminal import clean
+    from cellgate.gate import clean_for_terminal as clean
 
+    from .config import AgentSettings
     from .loop import AgentLoop
 
     err = Console(stderr=True, highlight=False)
@@ -57,7 +58,7 @@ async def _main(args: argparse.Namespace) -> int:
                        isolation=args.isolation) as session:
         settings = session.provisioner.settings
         assert settings is not None
-        agent_settings = settings.agent.model_copy(update=overrides)
+        agent_settings = settings.section("agent", AgentSettings).model_copy(update=overrides)
         client = anthropic.AsyncAnthropic()
         with err.status("starting", spinner="dots") as status:
             agent = AgentLoop(session, client, agent_settings,

@@ -21,8 +21,8 @@ from typing import Any, Literal, TypeVar
 import anthropic
 
 from cellgate.gate import Session
-from cellgate.gate.config import AgentSettings
 
+from .config import AgentSettings
 from .prompt import EXECUTE_PYTHON, api_name, direct_definitions, split_tools, system_prompt
 from .view import cell_view, trim
 

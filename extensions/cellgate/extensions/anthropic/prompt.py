@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from cellgate.gate.calls.stubgen import signature
+from cellgate.gate import stub_signature
 
 EXECUTE_PYTHON: dict[str, Any] = {
     "name": "execute_python",
@@ -35,7 +36,7 @@ def one_line(description: str) -> str:
 
 def tool_line(entry: dict[str, Any]) -> str:
     """``tools.list_orders(month: str): All orders placed in a month…``"""
-    return f"- tools.{entry['name']}{signature(entry)}: {one_line(entry.get('description', ''))}"
+    return f"- tools.{entry['name']}{stub_signature(entry)}: {one_line(entry.get('description', ''))}"
 
 
 def system_prompt(code_tools: list[dict[str, Any]], direct_tools: list[dict[str, Any]], search_threshold: int) -> str:
@@ -70,7 +71,7 @@ def direct_definitions(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "input_schema": entry["parameters"]} for entry in tools]
 
 
-def split_tools(manifest: list[dict[str, Any]], exposure: dict[str, str], mode: str) -> tuple[list[dict[str, Any]],
+def split_tools(manifest: list[dict[str, Any]], exposure: Mapping[str, str], mode: str) -> tuple[list[dict[str, Any]],
                                                                                               list[dict[str, Any]]]:
     """(tools the model reaches from code, tools it calls directly) for a mode.
 

@@ -11,8 +11,7 @@ import base64
 import re
 from typing import Any
 
-from cellgate.gate import CellResult
-from cellgate.gate.calls.redaction import trim
+from cellgate.gate import CellResult, trim
 
 __all__ = ["cell_view", "trim"]
 

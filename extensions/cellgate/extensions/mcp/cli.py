@@ -22,8 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from cellgate.gate import ConfigError
-    from cellgate.gate.config import find_config, load_settings
+    from cellgate.gate import ConfigError, find_config, load_settings
 
     from .serve import build_server
 

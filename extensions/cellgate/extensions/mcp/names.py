@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from cellgate.gate.calls.stubgen import RESERVED
+from cellgate.gate import RESERVED_TOOL_NAMES
 
 _NOT_WORD = re.compile(r"[^A-Za-z0-9_]+")
 
@@ -15,7 +15,7 @@ def identifier(name: str) -> str:
     text = _NOT_WORD.sub("_", name).strip("_")
     if not text or not text[0].isalpha():
         text = "t_" + text
-    if keyword.iskeyword(text) or text in RESERVED or text == "aio":
+    if keyword.iskeyword(text) or text in RESERVED_TOOL_NAMES or text == "aio":
         text += "_"
     return text
 

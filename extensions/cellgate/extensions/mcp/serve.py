@@ -29,10 +29,16 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-from cellgate.gate import Pool, Session, Settings, ToolRegistry
-from cellgate.gate.calls import stubgen
-from cellgate.gate.calls.redaction import trim
-from cellgate.gate.calls.sources import close_sources, open_sources
+from cellgate.gate import (
+    Pool,
+    Session,
+    Settings,
+    ToolRegistry,
+    close_sources,
+    open_sources,
+    stub_signature,
+    trim,
+)
 from cellgate.kernel import runtime
 
 OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result; the notebook keeps everything
@@ -145,7 +151,7 @@ def cell_text(result: Any, budget: int = OUTPUT_BUDGET) -> str:
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
                  idle_timeout: float = 1800.0) -> MCPServer:
     manifest = catalog(settings, options.get("tools") or [])
-    signatures = {t["name"]: stubgen.signature(t).replace("_t.", "") for t in manifest}
+    signatures = {t["name"]: stub_signature(t).replace("_t.", "") for t in manifest}
     sessions = Sessions(options, single_client, max_sessions, idle_timeout, pool_size=settings.sandbox.pool)
 
     @asynccontextmanager

@@ -29,18 +29,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult
 from mcp_types import Tool as McpTool
 
-from cellgate.gate import ConfigError, Settings, Tool
-from cellgate.gate._errors import SourceUnavailable
-from cellgate.gate.calls.sources import ToolSource
-from cellgate.gate.config import McpServer
+from cellgate.gate import CellgateError, ConfigError, Settings, SourceUnavailable, Tool, ToolSource
 
+from .config import McpConfig, McpServer
 from .names import python_names
 
 log = logging.getLogger("cellgate.mcp")
 
 
-class McpToolError(Exception):
+class McpToolError(CellgateError, RuntimeError):
     """The MCP server answered the call with an error (isError) or a result that breaks its own schema."""
+
+    code = "mcp-tool"
 
 
 def reason(exc: BaseException) -> str:
@@ -190,13 +190,18 @@ class McpToolSource(ToolSource):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cellgate-mcp", daemon=True)
 
+    @classmethod
+    def describe(cls, settings: Settings) -> list[str]:
+        servers = settings.section("mcp", McpConfig).servers
+        return [f"mcp:{name} ({server.transport()})" for name, server in servers.items()]
+
     def _run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def open(self) -> list[Tool]:
         self._thread.start()
         tools: list[Tool] = []
-        for name, config in self.settings.mcp.servers.items():
+        for name, config in self.settings.section("mcp", McpConfig).servers.items():
             connection = Connection(name, config, self)
             try:
                 listed = self._run(connection.start(), config.start_timeout + 15)

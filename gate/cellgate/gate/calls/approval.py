@@ -224,7 +224,7 @@ class QueueApprover(Approver):
             return ApprovalAnswer("deny", self.name, "unreadable answer file", time.time())
         if data.get("args_sha256") != request.args_sha256 or data.get("seq") != request.seq:
             return ApprovalAnswer("deny", self.name, "the answer was for different arguments", time.time())
-        decision = "allow" if data.get("decision") == "allow" else "deny"
+        decision: Literal["allow", "deny"] = "allow" if data.get("decision") == "allow" else "deny"
         return ApprovalAnswer(decision, f"{self.name}:{data.get('by', 'unknown')}", str(data.get("reason", ""))[:500],
                               time.time())
 

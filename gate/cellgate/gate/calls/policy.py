@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import Field, field_validator, model_validator
 
 from cellgate.gate._json import digest
@@ -50,6 +49,8 @@ class Rule(StrictModel):
     @field_validator("when")
     @classmethod
     def _schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema  # at use (see _matches)
+
         try:
             jsonschema.Draft202012Validator.check_schema(value)
         except jsonschema.SchemaError as exc:
@@ -61,9 +62,9 @@ class ToolPolicy(StrictModel):
     decision: Decision | None = None
     rules: list[Rule] = Field(default_factory=list)
     rate: str | None = None
-    max_calls_per_session: int | None = Field(None, ge=0)
-    max_calls_per_cell: int | None = Field(None, ge=0)
-    max_concurrency: int = Field(8, ge=1, le=256)
+    max_calls_per_session: int | None = Field(default=None, ge=0)
+    max_calls_per_cell: int | None = Field(default=None, ge=0)
+    max_concurrency: int = Field(default=8, ge=1, le=256)
     expose: Expose = "code"
     secrets: list[str] = Field(default_factory=list)
 
@@ -77,12 +78,12 @@ class ToolPolicy(StrictModel):
 
 class Policy(StrictModel):
     default: Decision = "deny"
-    max_calls_per_cell: int | None = Field(10_000, ge=0)
-    max_calls_per_session: int | None = Field(100_000, ge=0)
-    max_arg_bytes: int = Field(256 * 1024, ge=1)
-    max_result_bytes: int = Field(16 << 20, ge=1)
+    max_calls_per_cell: int | None = Field(default=10_000, ge=0)
+    max_calls_per_session: int | None = Field(default=100_000, ge=0)
+    max_arg_bytes: int = Field(default=256 * 1024, ge=1)
+    max_result_bytes: int = Field(default=16 << 20, ge=1)
     approver: str = "deny"
-    approval_timeout: float = Field(300.0, gt=0)
+    approval_timeout: float = Field(default=300.0, gt=0)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -192,7 +193,7 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float) -> Verd
                            kind="rate_limited", limit=parse_rate(entry.rate)[0])
     if entry is not None:
         for index, rule in enumerate(entry.rules):
-            if jsonschema.Draft202012Validator(rule.when).is_valid(call.args):
+            if _matches(rule.when, call.args):
                 label = f"tools.{call.tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
                 return _decided(rule.decision, label)
         if entry.decision is not None:
@@ -200,6 +201,14 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float) -> Verd
     if call.source_default is not None:
         return _decided(call.source_default, f"tool default for {call.tool}")
     return _decided(policy.default, "default")
+
+
+def _matches(schema: dict[str, Any], args: dict[str, Any]) -> bool:
+    # jsonschema is imported at use: importing it takes ~2 s where rfc3987_syntax is installed (it compiles a
+    # grammar at import), and `cellgate policy check` or a policy without rules never needs it.
+    import jsonschema
+
+    return bool(jsonschema.Draft202012Validator(schema).is_valid(args))
 
 
 def _decided(decision: Decision, rule: str) -> Verdict:
@@ -252,7 +261,8 @@ def unrequired_constraints(policy: Policy, schemas: dict[str, dict[str, Any]]) -
             required = set(rule.when.get("required") or [])
             label = f"policy.tools.{tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
             for name in sorted(set(constrained) - required - tool_required):
-                prop = declared.get(name) if isinstance(declared.get(name), dict) else {}
+                declared_prop = declared.get(name)
+                prop = declared_prop if isinstance(declared_prop, dict) else {}
                 if "default" in prop:
                     then = (f"the gate fills in the tool's default {json.dumps(prop['default'])} before the rule "
                             "is checked, so a call that leaves it out is decided on that value")

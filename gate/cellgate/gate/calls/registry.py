@@ -19,11 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
-
-import docstring_parser
-import jsonschema
-from pydantic import TypeAdapter
+from typing import Any, Literal, cast
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import digest
@@ -68,6 +64,9 @@ def _strip_titles(schema: Any) -> Any:
 def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "") -> Tool:
     name = name or function.__name__
     check_identifier(name, "tool name")
+    import docstring_parser
+    from pydantic import TypeAdapter
+
     doc = docstring_parser.parse(inspect.getdoc(function) or "")
     signature = inspect.signature(function)
     key = signature.parameters.get("idempotency_key")
@@ -82,7 +81,7 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
         described_function.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[p for n, p in signature.parameters.items() if n != "idempotency_key"])
     try:
-        schema = TypeAdapter(described_function).json_schema()
+        schema = TypeAdapter(cast(Any, described_function)).json_schema()
     except Exception as exc:
         raise ConfigError(
             f"tool {name!r} ({source or function.__module__}): cannot derive a JSON Schema "
@@ -111,11 +110,24 @@ def _filling_properties(validator: Any, properties: Any, instance: Any, schema: 
         for name, subschema in properties.items():
             if isinstance(subschema, dict) and "default" in subschema and name not in instance:
                 instance[name] = copy.deepcopy(subschema["default"])
+    import jsonschema
+
     yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
 
 
-# jsonschema's documented way to fill defaults: a validator whose `properties` keyword sets them as it descends.
-DefaultsFiller = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _filling_properties})
+@functools.cache
+def _filler_class() -> Any:
+    # jsonschema's documented way to fill defaults: a validator whose `properties` keyword sets them as it descends.
+    # Imported at first use: jsonschema takes ~2 s to import where rfc3987_syntax is installed.
+    import jsonschema
+
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft202012Validator, {"properties": _filling_properties})
+
+
+def DefaultsFiller(schema: dict[str, Any]) -> Any:  # noqa: N802 - used like the validator class it makes
+    """A jsonschema validator of ``schema`` that fills in defaults as it descends (see ``with_defaults``)."""
+    return _filler_class()(schema)
 
 
 def with_defaults(filler: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +191,9 @@ class ToolRegistry:
         registry = cls()
         configured = [Path(p).resolve() for p in paths]
         extra = [Path(p).resolve() for p in granted if Path(p).resolve() not in configured]
-        for path, default in [*((p, None) for p in configured), *((p, "allow") for p in extra)]:
+        modules: list[tuple[Path, Literal["allow"] | None]] = [*((p, None) for p in configured),
+                                                               *((p, "allow") for p in extra)]
+        for path, default in modules:
             for tool in tools_from_module(load_module(path), source=str(path)):
                 registry.add(dataclasses.replace(tool, default_decision=default))
         return registry

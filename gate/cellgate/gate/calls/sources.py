@@ -1,8 +1,10 @@
 """Tool sources beyond Python modules, loaded through the ``cellgate.tool_sources`` entry points.
 
-A source is configured by a section of ``cellgate.toml`` named like its entry
-point (``[mcp]`` -> the ``mcp`` source in ``cellgate.extensions``), so the gate
-knows the configuration's shape but not the implementation.
+A source is configured by the section of ``cellgate.toml`` named like its
+entry point; the extension that provides the source registers that section's
+model (entry points ``cellgate.config_sections``, see ``cellgate.gate.config``).
+A source is opened when its section differs from the section's defaults, so
+the gate knows neither the implementation nor the shape of its configuration.
 """
 
 from __future__ import annotations
@@ -40,21 +42,37 @@ class ToolSource(ABC):
     def close(self) -> None:
         """Disconnect; must not raise."""
 
+    @classmethod
+    def describe(cls, settings: Settings) -> list[str]:
+        """What the source will connect to, one line each, for the notebook's metadata; never credentials.
+
+        Called by the provisioner before the session is recorded; the default says nothing.
+        """
+        return []
+
+
+def configured_source_types(settings: Settings) -> list[type[ToolSource]]:
+    """The installed sources (entry points ``cellgate.tool_sources``) whose section of the file is configured."""
+    configured = set(settings.configured_sections())
+    found = sorted(entry_points(group="cellgate.tool_sources"), key=lambda entry: entry.name)
+    types = []
+    for entry in (entry for entry in found if entry.name in configured):
+        factory: Any = entry.load()
+        if not (isinstance(factory, type) and issubclass(factory, ToolSource)):
+            raise ConfigError(f"entry point {entry.name} = {entry.value!r} (group cellgate.tool_sources) is not a "
+                              "ToolSource; fix or uninstall the package that provides it")
+        types.append(factory)
+    return types
+
 
 def configured_sources(settings: Settings) -> list[ToolSource]:
-    """Instantiate the sources whose configuration section is non-empty."""
-    wanted = {"mcp": bool(settings.mcp.servers)}
-    found = {entry.name: entry for entry in entry_points(group="cellgate.tool_sources")}
-    sources = []
-    for name, needed in wanted.items():
-        if not needed:
-            continue
-        if name not in found:
-            raise ConfigError(f"[{name}] is configured but no {name!r} tool source is installed "
-                              "(entry point group cellgate.tool_sources); reinstall cellgate")
-        factory: Any = found[name].load()
-        sources.append(factory(settings))
-    return sources
+    """Instantiate the sources whose configuration section is configured."""
+    return [factory(settings) for factory in configured_source_types(settings)]
+
+
+def describe_sources(settings: Settings) -> list[str]:
+    """What the configured sources will connect to (``ToolSource.describe``), for the notebook's metadata."""
+    return [line for factory in configured_source_types(settings) for line in factory.describe(settings)]
 
 
 def open_sources(settings: Settings, registry: Any) -> list[ToolSource]:

@@ -24,6 +24,8 @@ import keyword
 import re
 from typing import Any
 
+from cellgate.gate._errors import ConfigError
+
 RESERVED = frozenset({"search", "describe", "aio", "ToolError", "ReplayDivergence"})
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -38,7 +40,7 @@ _SIMPLE_TYPES = {
 
 def check_identifier(name: str, what: str) -> None:
     if not _IDENTIFIER.match(name) or keyword.iskeyword(name):
-        raise ValueError(
+        raise ConfigError(
             f"{what} {name!r} is not a Python identifier (letters, digits and _, "
             "starting with a letter); rename it"
         )
@@ -155,12 +157,12 @@ def validate_manifest(manifest: list[dict[str, Any]]) -> None:
         if namespace:
             check_identifier(namespace, "tool namespace")
             if namespace in RESERVED or namespace in top:
-                raise ValueError(f"tool namespace {namespace!r} collides with a name in the tools module; rename it")
+                raise ConfigError(f"tool namespace {namespace!r} collides with a name in the tools module; rename it")
         check_identifier(short, "tool name")
         if short in RESERVED or (namespace and short == "aio"):
-            raise ValueError(f"tool name {name!r} is reserved by the tools module; rename it")
+            raise ConfigError(f"tool name {name!r} is reserved by the tools module; rename it")
         if name in seen:
-            raise ValueError(f"tool name {name!r} appears twice; tool names must be unique")
+            raise ConfigError(f"tool name {name!r} appears twice; tool names must be unique")
         seen.add(name)
         _parameters(tool)
 

@@ -8,14 +8,16 @@ import re
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
 from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
 from cellgate.gate._terminal import clean, reveal
-from cellgate.gate.session.session import CellResult, Session
+
+if TYPE_CHECKING:  # imported where a command needs it: jupyter_client and the Session are slow to import
+    from cellgate.gate.session.session import CellResult
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 err = Console(stderr=True, highlight=False)
@@ -57,6 +59,8 @@ def say(console: Console, *parts: str | tuple[str, str]) -> None:
 
 
 async def _exec(args: argparse.Namespace) -> int:
+    from cellgate.gate.session.session import Session
+
     programs = [(name, _read_program(name)) for name in args.programs]
     overrides: dict[str, Any] = {}
     if args.timeout:
@@ -204,9 +208,9 @@ def _add_approvals(sub: Any) -> None:
             text, matches = describe_full(pending_request(a.id))
             say(console, text)
             return 0 if matches else 1
-        request = answer(a.id, "allow" if a.action == "approve" else "deny", a.reason)
+        answered = answer(a.id, "allow" if a.action == "approve" else "deny", a.reason)
         say(console, f"{'approved' if a.action == 'approve' else 'denied'} {reveal(a.id)}: "
-                     f"{reveal(str(request['tool']))} (sha256 {reveal(str(request['args_sha256'])[:16])}…)")
+                     f"{reveal(str(answered['tool']))} (sha256 {reveal(str(answered['args_sha256'])[:16])}…)")
         return 0
 
     p.set_defaults(run=run)

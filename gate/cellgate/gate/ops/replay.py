@@ -223,6 +223,7 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
     await session.start()
     try:
         gate = session.provisioner.service.gate  # type: ignore[union-attr]
+        assert isinstance(gate, ReplayGate)  # made by `factory`
         for index, recorded in enumerate(cells, start=1):
             result = await session.execute(recorded.source)
             note = f"cell {index}: recorded {recorded.status}, replayed {result.status}"

@@ -39,7 +39,7 @@ def operator_settings(notebook: Path, config: str | None, unsafe_no_sandbox: boo
         note(f"ignoring {found}: it sits in the folder of the notebook being replayed, which is part of the "
              f"recording and not trusted; pass --config {found} to use it")
         found = None
-    settings = load_settings(found, cwd) if found is not None else Settings(base_dir=cwd)
+    settings = load_settings(found, cwd)
     if settings.sandbox.isolation != "gvisor" and not unsafe_no_sandbox:
         raise ConfigError(f"{found or 'the settings'}: [sandbox] isolation = {settings.sandbox.isolation!r}: replay "
                           "refuses to run a recording's cells outside gVisor (they are untrusted code and would run "

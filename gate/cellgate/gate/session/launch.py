@@ -27,7 +27,7 @@ from cellgate.gate.calls.approval import ApprovalRequest, Approver
 from cellgate.gate.calls.dispatch import Gate
 from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls.sources import ToolSource
+from cellgate.gate.calls.sources import ToolSource, describe_sources
 from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
@@ -144,9 +144,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
             "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
         },
         "tools": {"manifest": registry.manifest(), "manifest_sha256": registry.manifest_sha256(),
-                  "sources": [str(p) for p in tool_paths] + [
-                      f"mcp:{name} ({'stdio' if server.command else 'streamable HTTP'})"
-                      for name, server in settings.mcp.servers.items()]},
+                  "sources": [str(p) for p in tool_paths] + describe_sources(settings)},
         "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
         # Read back by the Reducer: the notebook shows outputs as sanitized under these settings.
         "frontend": {"outputs": "sanitized", "trusted_mime": list(settings.frontend.trusted_mime),
