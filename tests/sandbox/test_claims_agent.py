@@ -117,7 +117,7 @@ def test_an_image_over_image_limit_kb_goes_to_the_model_as_a_note_not_an_image(t
                f"display(Image(data=base64.b64decode('{PIXEL}'), format='png'))\nprint('shown')")
     (tmp_path / "cellgate.toml").write_text(f'[tools]\nmodules = [{json.dumps(str(SAMPLE))}]\n'
                                              "[agent]\nimage_limit_kb = 2\n")
-    script = [reply(tool_use("execute_python", {"code": program})), reply(text("seen"))]
+    script: list[Any] = [reply(tool_use("execute_python", {"code": program})), reply(text("seen"))]
     with FakeMessagesAPI(script) as api:
         done = cli_run(tmp_path, api, "--config", str(tmp_path / "cellgate.toml"))
         requests = api.requests

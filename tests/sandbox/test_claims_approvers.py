@@ -96,7 +96,8 @@ def test_prompt_asks_on_the_terminal_and_acts_on_each_answer(tmp_path: Path, gvi
     assert "charged 11" in rest and "denied: ToolDenied" in rest, rest
     assert charges(count) == ["11"]
     calls = recorded_calls(notebook)
-    assert [(c["args"], c["decision"]) for c in calls] == [({"amount": 11}, "approved"), ({"amount": 22}, "approval-denied")]
+    assert [(c["args"], c["decision"]) for c in calls] == [({"amount": 11}, "approved"),
+                                                          ({"amount": 22}, "approval-denied")]
     assert [c["approval"]["approver"] for c in calls] == ["prompt", "prompt"]
 
 
@@ -176,10 +177,15 @@ def test_a_second_answer_before_the_first_is_read_fails_and_the_first_counts(
         pending = pool.submit(box.execute, "print(tools.charge(44))")
         request_id = pending_id(approvals)
         # Hold the gate's event loop (where the queue approver polls) so no answer is read until both are given.
-        loop = box.session.provisioner.service.loop
-        assert loop is not None
+        service = box.session.provisioner.service
+        assert service is not None and service.loop is not None
         held, release = threading.Event(), threading.Event()
-        loop.call_soon_threadsafe(lambda: (held.set(), release.wait(120)))
+
+        def hold() -> None:
+            held.set()
+            release.wait(120)
+
+        service.loop.call_soon_threadsafe(hold)
         assert held.wait(60)
         try:
             first = cellgate("approvals", "approve", request_id)

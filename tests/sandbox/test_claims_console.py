@@ -34,7 +34,8 @@ def gvisor() -> object:
 
 
 @pytest.fixture(scope="module")
-def console_run(tmp_path_factory: pytest.TempPathFactory, gvisor: object) -> tuple[subprocess.CompletedProcess[str], Path]:
+def console_run(tmp_path_factory: pytest.TempPathFactory,
+                gvisor: object) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One `jupyter console --kernel cellgate` run of CELLS; its output and its audit notebook."""
     tmp_path = tmp_path_factory.mktemp("console")
     prefix = tmp_path / "prefix"

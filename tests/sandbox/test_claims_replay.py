@@ -129,7 +129,10 @@ def test_cells_run_in_an_interactive_replay_are_gated_and_recorded(recorded: tup
         try:
             client.wait_for_ready(timeout=60)
             seen: list[str] = []
-            hook = lambda m: seen.append(m["content"]["text"]) if m["msg_type"] == "stream" else None  # noqa: E731
+
+            def hook(message: dict[str, Any]) -> None:
+                if message["msg_type"] == "stream":
+                    seen.append(message["content"]["text"])
             allowed = client.execute_interactive("print(tools.charge(7))", timeout=60, output_hook=hook)
             assert allowed["content"]["status"] == "ok" and seen == ["charged 7\n"], (allowed["content"], seen)
             refused = client.execute_interactive("tools.charge(5000)", timeout=60)

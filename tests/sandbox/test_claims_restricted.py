@@ -16,7 +16,8 @@ from cellgate.kernel.restricted import DEFAULT_IMPORTS
 pytestmark = pytest.mark.gvisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
-PROGRAM = "import string\nfrom string import ascii_lowercase\nprint(string.capwords('ada lovelace'), ascii_lowercase[:3])"
+PROGRAM = ("import string\nfrom string import ascii_lowercase\n"
+           "print(string.capwords('ada lovelace'), ascii_lowercase[:3])")
 
 
 @pytest.fixture(scope="module")
