@@ -22,23 +22,11 @@ import nbformat
 import pytest
 
 from cellgate.extensions.anthropic import AgentLoop
+from cellgate.extensions.anthropic.config import AgentSettings
+from cellgate.extensions.anthropic.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 from cellgate.gate import Session
 from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.runsc import find
-
-try:  # where main keeps them since [agent] became the extension's section (615ab51)
-    from cellgate.extensions.anthropic.config import AgentSettings
-    from cellgate.extensions.anthropic.testing import (
-        APIFailure,
-        FakeMessagesAPI,
-        estimate_tokens,
-        reply,
-        text,
-        tool_use,
-    )
-except ImportError:  # this branch's base (8a4a4e7); delete this branch once merged
-    from cellgate.gate.config import AgentSettings
-    from cellgate.gate.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 
 pytestmark = pytest.mark.gvisor
 
