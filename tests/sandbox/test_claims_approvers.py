@@ -65,9 +65,6 @@ def recorded_calls(notebook: Path) -> list[dict[str, Any]]:
     return [call for cell in nb.cells if cell.cell_type == "code" for call in cell.metadata.cellgate.calls]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: PromptApprover opens /dev/tty with open('/dev/tty', 'r+'), which "
-                                       "raises io.UnsupportedOperation (a tty is not seekable), so every call that "
-                                       "needs approval fails with ToolUnavailable and no question is asked")
 def test_prompt_asks_on_the_terminal_and_acts_on_each_answer(tmp_path: Path, gvisor: object) -> None:
     config = write_config(tmp_path, "prompt")
     program = tmp_path / "program.py"
@@ -167,9 +164,6 @@ def test_a_request_answered_twice_runs_once_and_the_second_answer_fails(queued: 
     assert [c["decision"] for c in recorded_calls(box.session.notebook_path)] == ["approved"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: an answer given while an earlier one is still unread overwrites it: "
-                                       "`approvals approve ID` then `approvals deny ID` both exit 0 ('approved ...', "
-                                       "'denied ...'), the cell gets ToolDenied and the approved tool never runs")
 def test_a_second_answer_before_the_first_is_read_fails_and_the_first_counts(
         queued: tuple[BlockingSession, Path], tmp_path: Path) -> None:
     box, approvals = queued

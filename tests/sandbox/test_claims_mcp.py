@@ -75,11 +75,6 @@ def test_a_result_failing_its_output_schema_is_an_error_in_the_cell_and_never_da
     assert call["tool"] == "bad.lookup" and call["ok"] is False and call.get("result") is None, call
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: the MCP SDK client validates first and raises RuntimeError whose "
-                                       "text holds the whole invalid instance ('On instance: {...}'); the host wraps "
-                                       "it as `tool 'bad.lookup' failed: RuntimeError: ...`, so the invalid content "
-                                       "reaches the cell (and the model) in the error text, and the host's own "
-                                       "outputSchema check (extensions/mcp/source.py) never runs")
 def test_nothing_of_an_invalid_result_reaches_the_cell_even_in_the_error(tmp_path: Path, gvisor: object) -> None:
     bad, call = call_invalid(tmp_path)
     assert bad.status == "error" and bad.error["ename"] == "ToolError"
@@ -141,9 +136,6 @@ def test_a_session_unused_past_the_idle_timeout_is_closed_and_its_handle_fails(t
     asyncio.run(asyncio.wait_for(scenario(), 300))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: idle sessions are closed only when a later call reaches the "
-                                       "server (Sessions._close_idle runs inside Sessions.get); a session left "
-                                       "unused keeps its sandbox running for as long as no one calls")
 def test_an_idle_session_s_sandbox_is_gone_without_any_further_call(tmp_path: Path, gvisor: object) -> None:
     run_root = tmp_path / "run"
 

@@ -17,6 +17,7 @@ without a handle reuses that client's one session. Sessions end with
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -51,6 +52,9 @@ class _Entry:
     used: float = field(default_factory=time.monotonic)
 
 
+_log = logging.getLogger(__name__)
+
+
 class Sessions:
     """Sandboxed sessions by handle."""
 
@@ -65,9 +69,12 @@ class Sessions:
         self._entries: dict[str, _Entry] = {}
         self._default: str | None = None
         self._lock = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """With ``[sandbox] pool = N``: start N sandboxes now, so a new session does not wait for one."""
+        """Start closing idle sessions on a timer; with ``[sandbox] pool = N``, start N sandboxes now, so a new
+        session does not wait for one."""
+        self._sweeper = asyncio.create_task(self._sweep_idle())
         if self.pool_size:
             self.pool = Pool(self.pool_size, max_sessions=self.max_sessions,
                              **self.options, metadata={"pool": {"size": self.pool_size}})
@@ -112,6 +119,17 @@ class Sessions:
         for handle in [h for h, e in self._entries.items() if now - e.used > self.idle_timeout and not e.lock.locked()]:
             await self._end(self._entries.pop(handle).session)
 
+    async def _sweep_idle(self) -> None:
+        """An idle session's sandbox goes away on time, whether or not another call ever comes."""
+        period = min(max(self.idle_timeout / 4, 0.25), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                async with self._lock:
+                    await self._close_idle()
+            except Exception:  # noqa: BLE001 - one session's failed shutdown must not stop the sweeping
+                _log.exception("closing an idle session failed")
+
     async def close(self, handle: str) -> bool:
         async with self._lock:
             entry = self._entries.pop(handle, None)
@@ -122,6 +140,9 @@ class Sessions:
         return True
 
     async def close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         entries, self._entries = list(self._entries.values()), {}
         await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
         if self.pool is not None:

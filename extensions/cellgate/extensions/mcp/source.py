@@ -14,6 +14,7 @@ dead fails as unavailable (its outcome is unknown, so it is never retried).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Coroutine
@@ -35,6 +36,19 @@ from .config import McpConfig, McpServer
 from .names import python_names
 
 log = logging.getLogger("cellgate.mcp")
+
+
+# How the SDK client words its own outputSchema checks of a result (mcp.client.session.validate_tool_result).
+_SDK_RESULT_CHECKS = ("Invalid structured content returned by tool", "Invalid schema for tool")
+_SDK_RESULT_MISSING = "has an output schema but did not return structured content"
+
+
+def schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
+    """Where a result breaks its schema and which rule, without any of the result's own values
+    (they are the server's output, and an error message goes back to the cell and the model)."""
+    where = "/".join(str(p)[:64] for p in error.absolute_path) or "(the result)"
+    rule = json.dumps(error.validator_value, default=str)[:200]
+    return f"at {where}, the schema's {error.validator!r} rule ({rule}) fails; the content is not shown"
 
 
 class McpToolError(CellgateError, RuntimeError):
@@ -147,6 +161,16 @@ class Connection:
             raise SourceUnavailable(f"MCP server {self.name!r} is not connected")
         try:
             return await client.call_tool(tool, args)
+        except RuntimeError as exc:
+            # The SDK client checks a result against the tool's outputSchema itself, and its message holds the
+            # whole invalid instance: never let that text reach the cell.
+            if not (str(exc).startswith(_SDK_RESULT_CHECKS) or _SDK_RESULT_MISSING in str(exc)):
+                raise
+            cause = exc.__cause__
+            problem = schema_problem(cause) if isinstance(cause, jsonschema.exceptions.ValidationError) else \
+                "it is missing or the schema is unusable"
+            raise McpToolError(f"MCP server {self.name!r}: tool {tool!r} returned structured content that does "
+                               f"not match its outputSchema: {problem}") from None
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise McpToolError(f"MCP server {self.name!r}: {exc.error.message}") from None
@@ -256,9 +280,8 @@ class McpToolSource(ToolSource):
                                    "but returned no structured content")
             error = jsonschema.exceptions.best_match(validator.iter_errors(data))
             if error is not None:
-                where = "/".join(str(p) for p in error.absolute_path) or "(result)"
                 raise McpToolError(f"MCP server {connection.name!r}: tool {tool!r} returned structured content "
-                                   f"that does not match its outputSchema at {where}: {error.message}")
+                                   f"that does not match its outputSchema: {schema_problem(error)}")
             return data
 
         return call_mcp_tool

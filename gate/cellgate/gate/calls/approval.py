@@ -15,9 +15,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
+import io
 import json
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -169,7 +171,9 @@ class PromptApprover(Approver):
         self._lock = threading.Lock()
 
     def _ask_blocking(self, request: ApprovalRequest) -> ApprovalAnswer:
-        with self._lock, open("/dev/tty", "r+") as tty:
+        # A terminal is not seekable, so it is opened unbuffered ("r+" through open() would fail to seek).
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        with self._lock, io.TextIOWrapper(io.FileIO(fd, "r+"), write_through=True) as tty:
             console = Console(file=tty, highlight=False)
             console.print(Text.assemble(("approval needed", "bold yellow"), f" (request {reveal(request.id)})"))
             console.print(Text(describe_request(request)))
@@ -303,7 +307,9 @@ def answer(request_id: str, decision: Literal["allow", "deny"], reason: str = ""
     reply = {"decision": decision, "seq": request["seq"], "args_sha256": request["args_sha256"],
              "reason": reason, "by": f"uid {os.getuid()}"}
     answer_file = folder / f"{request_id}.answer.json"
-    write_json_atomically(answer_file, reply)
+    if not _create_once(answer_file, json.dumps(reply)):
+        raise ConfigError(f"approval request {reveal(request_id)} was already answered; an answer cannot be changed "
+                          f"(the session acts on the first one). `cellgate approvals list` shows what is still pending.")
     withdrawn = _withdrawn_error(folder, request_id)  # withdrawn while we answered: the answer counts for nothing
     if withdrawn is not None:
         answer_file.unlink(missing_ok=True)
@@ -312,6 +318,19 @@ def answer(request_id: str, decision: Literal["allow", "deny"], reason: str = ""
 
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def _create_once(path: Path, text: str) -> bool:
+    """Write ``path`` complete and only if it does not exist yet (a hard link never replaces a file)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    write_atomically(temp, text)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return False
+    finally:
+        temp.unlink(missing_ok=True)
+    return True
 
 
 def request_from(data: Any) -> ApprovalRequest:
