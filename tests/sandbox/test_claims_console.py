@@ -70,10 +70,6 @@ def test_jupyter_console_runs_cells_in_the_sandbox_through_the_gate(
     assert (denied["tool"], denied["decision"]) == ("explode", "deny")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: after `jupyter console --kernel cellgate` exits normally (EOF, "
-                                       "'Shutting down kernel'), the journal ends at the last cell-ended with no "
-                                       "session-ended record, so `cellgate verify` exits 1 ('the run is still going, "
-                                       "its host stopped, or the journal was cut short')")
 def test_the_audit_record_of_a_console_session_is_complete_after_it_exits(
         console_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     _, notebook = console_run

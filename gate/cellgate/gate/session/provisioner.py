@@ -11,6 +11,7 @@ reachable only through its ipc sockets.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import secrets
 import signal
 import uuid
@@ -112,6 +113,9 @@ class GVisorProvisioner(LocalProvisioner):
         if self._started is None:
             await asyncio.to_thread(reap_leftovers)
             self._started = self._start(settings_for(self.options, cwd))
+            # A frontend may end by asking the kernel to shut down and exiting (`jupyter console` does), so
+            # the KernelManager never calls cleanup: the record still ends when this process exits.
+            atexit.register(self._end_at_exit)
         return kwargs
 
     def _start(self, settings: Settings) -> Started:
@@ -223,18 +227,26 @@ class GVisorProvisioner(LocalProvisioner):
     @override
     async def cleanup(self, restart: bool = False) -> None:
         """Called after the kernel stopped: drop the sandbox; end the record unless restarting."""
+        await asyncio.to_thread(self._end, restart)
+        await super().cleanup(restart=restart)
+
+    def _end(self, restart: bool) -> None:
         started = self._started
         if started is not None and self.sandbox is not None:
             started.service.detach("restart" if restart else "shutdown")
         if self.sandbox is not None:
-            await asyncio.to_thread(self.sandbox.delete)
+            self.sandbox.delete()
             self.sandbox = None
         if not restart and started is not None:
             self._started = None
+            atexit.unregister(self._end_at_exit)
             started.service.stop()
             started.recorder.close()
-            await asyncio.to_thread(close_sources, list(started.sources))
-        await super().cleanup(restart=restart)
+            close_sources(list(started.sources))
+
+    def _end_at_exit(self) -> None:
+        if self._started is not None:
+            self._end(restart=False)
 
     @override
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
