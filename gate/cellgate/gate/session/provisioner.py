@@ -4,7 +4,7 @@ Registered under the ``jupyter_client.kernel_provisioners`` entry point, so
 every frontend that launches the ``cellgate`` kernelspec (JupyterLab,
 ``jupyter console``, nbclient, papermill, our ``Session``) gets the same
 sandbox, gate and audit notebook. The frontend's connection file points at
-the host-side relay of ``GateService``; the kernel itself lives in gVisor,
+the host-side relay (``Relay``); the kernel itself lives in gVisor,
 reachable only through its ipc sockets.
 """
 
@@ -29,7 +29,7 @@ from cellgate.gate._versions import versions
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
-from cellgate.gate.calls.dispatch import Gate
+from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.calls.policy import policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
@@ -38,7 +38,7 @@ from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
 from cellgate.gate.sandbox.runsc import find as find_runsc
 from cellgate.gate.session.bounds import HostBounds
-from cellgate.gate.session.relay import CellTimeouts, GateService
+from cellgate.gate.session.relay import CellTimeouts, Relay
 
 
 def settings_for(options: dict[str, Any], cwd: str | None) -> Settings:
@@ -62,7 +62,7 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
     or the kernel's working directory.
     """
 
-    service: GateService | None = None
+    service: Relay | None = None
     sandbox: Sandbox | None = None
     settings: Settings | None = None
     recorder: Recorder | None = None
@@ -149,11 +149,11 @@ class GVisorProvisioner(LocalProvisioner):  # type: ignore[misc]
             for note in source.notes:
                 self.recorder.event("tool-source-note", **note)
         approver = load_approver(options.get("approver") or settings.policy.approver)
-        make_gate = options.get("gate_factory") or Gate
-        gate = make_gate(self.registry, policy=settings.policy, approver=approver, session_id=session_id,
-                         call_timeout=box.call_timeout)
+        make_gate = options.get("gate_factory") or Dispatcher
+        gate = make_gate(self.registry, log=self.recorder, policy=settings.policy, approver=approver,
+                         session_id=session_id, call_timeout=box.call_timeout)
         self.recorder.scrub = gate.secrets.scrub_record  # secrets the gate sees never reach the journal
-        self.service = GateService(
+        self.service = Relay(
             self.connection_info, gate, self.recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
             output_limit=box.output_limit_kb << 10, restricted=box.restricted,
