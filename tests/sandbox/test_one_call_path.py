@@ -106,7 +106,7 @@ async def both_paths(config: Path, folder: Path) -> tuple[list[dict[str, Any]], 
 
 
 def test_relay_and_direct_calls_take_one_path(runsc: object, config: Path, tmp_path: Path) -> None:
-    from_code, outcomes, from_model = asyncio.run(both_paths(config, tmp_path))
+    from_code, outcomes, from_model = asyncio.run(asyncio.wait_for(both_paths(config, tmp_path), 600))
 
     assert cell_kinds(from_code) == ["code"] * len(CALLS)
     assert cell_kinds(from_model) == ["direct"] * len(CALLS)

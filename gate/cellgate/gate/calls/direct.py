@@ -12,16 +12,27 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from cellgate.gate._errors import SessionError
-from cellgate.gate.audit.recorder import Recorder
-from cellgate.gate.calls.dispatch import CallScope, Dispatcher
+from cellgate.gate.calls.dispatch import CallLog, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.record import CallRecord
 from cellgate.kernel.errors import error_for
 
 PREVIEW_CHARS = 4000
+
+
+class DirectLog(CallLog, Protocol):
+    """What records a direct call's cell: the session's ``Recorder`` (cells are its ``CellRecord``)."""
+
+    def cell_sent(self, msg_id: str, source: str, silent: bool, kind: Literal["code", "direct"] = "code") -> Any: ...
+
+    def cell_started(self, cell: Any) -> None: ...
+
+    def output(self, cell: Any, output: dict[str, Any]) -> None: ...
+
+    def cell_ended(self, cell: Any, status: str, limits_hit: list[str], error: dict[str, str] | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ def _output(outcome: DirectResult) -> dict[str, Any]:
             "data": {"text/plain": text}}
 
 
-async def serve_direct(dispatcher: Dispatcher, recorder: Recorder, tool: str, args: dict[str, Any]) -> DirectResult:
+async def serve_direct(dispatcher: Dispatcher, recorder: DirectLog, tool: str, args: dict[str, Any]) -> DirectResult:
     """Run one direct call through the call path and record it as its own cell."""
     msg_id = f"direct-{uuid.uuid4().hex}"
     dispatcher.note_secret_args(tool, args)  # the cell's source is the call: its secret arguments are known now

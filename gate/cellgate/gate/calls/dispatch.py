@@ -186,13 +186,13 @@ class Dispatcher:
     async def serve(self, request: CallRequest, scope: CallScope) -> Outcome:
         """Decide, run and record an admitted call."""
         seq = next(self._seq)
-        reply, record = await self.call(request, seq, scope)
+        reply, record = await self._call(request, seq, scope)
         refusal = scope.refusals.outcome(record) if scope.refusals is not None else "record"
         if refusal == "record":
             self.log.call_finished(scope.cell, record)
         return Outcome(reply, record, refusal)
 
-    async def call(self, request: CallRequest, seq: int, scope: CallScope) -> tuple[CallReply, CallRecord]:
+    async def _call(self, request: CallRequest, seq: int, scope: CallScope) -> tuple[CallReply, CallRecord]:
         """Decide and run one call (its intent recorded before the tool runs); the reply and the record of it."""
         filler = self._fillers.get(request.tool)
         if filler is not None:  # rules, approver, record and tool all see the arguments the tool will get
