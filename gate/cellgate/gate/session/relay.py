@@ -89,10 +89,6 @@ class Relay:
         self.taps = Taps(recorder, self.cells, self.calls, self.kernel, self.events, self.tasks, self._late,
                          self._answer_frontend, self._front_session, restricted, output_limit)
 
-    @property
-    def sandbox(self) -> Sandbox | None:
-        return self.kernel.sandbox
-
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
         # nbformat compiles its output schema on first use (a second or more on a busy host): here,
