@@ -223,7 +223,7 @@ def test_PR2_host_never_unpickles(hostile) -> None:
     from cellgate.gate.calls.protocol import strict_loads
 
     service = hostile.session.provisioner.service
-    assert service._kernel_session.unpack is strict_loads
+    assert service.kernel.session.unpack is strict_loads
     before = rejected(hostile)
     result = hostile.execute("import pickle\nsend(signed('display_data', pickle.dumps({'data': {}})))\nprint('sent')")
     assert result.ok
@@ -372,7 +372,7 @@ except Exception as e:
     # Not merely slow: the gate never took the stray call as a call (no record of it at all).
     assert not [e for e in journal(hostile) if e["event"].startswith("call") and call_id in json.dumps(e)]
     service = hostile.session.provisioner.service
-    assert len(service._gate_comms) <= 64
+    assert len(service.taps.gate_comms) <= 64
     flooded = [e for e in events(hostile, "protocol-error") if "gate comms opened" in e.get("error", "")]
     assert 1 <= len(flooded) <= 50
     assert any(e["kind"] == "protocol-error" for e in events(hostile, "protocol-events-suppressed"))

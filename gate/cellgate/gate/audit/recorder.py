@@ -444,6 +444,15 @@ class Recorder:
         finally:
             self.journal.close()
 
+    # -- what the relay and the dispatcher ask
+    def unwritable(self) -> str | None:
+        """Why the journal cannot be written (it refuses every write from then on), or None."""
+        return self.journal.broken
+
+    def cell(self, msg_id: str) -> CellRecord | None:
+        """The cell the frontend sent as ``msg_id``, if this session recorded it."""
+        return self.reducer.by_id.get(msg_id)
+
 
 def rebuild(journal: Path, notebook: Path | None = None) -> tuple[Path, Any, list[str]]:
     """`cellgate recover`: render the notebook from a journal after any crash."""

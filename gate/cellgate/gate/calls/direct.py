@@ -1,7 +1,7 @@
 """Direct tool calls: the model calls a tool on its own turn, not from code.
 
-The call goes through the same ``Gate`` (validation, policy, approvals,
-budgets, journal) as a call from the sandbox, and is recorded as a cell of
+The call takes the same path (``dispatch``: admission, validation, policy,
+approvals, budgets, journal) as a call from the sandbox, and is recorded as a cell of
 kind ``direct`` whose source is the equivalent Python call, so the audit
 notebook reads the same either way and ``cellgate replay`` reruns it in the
 kernel against the recorded result.
@@ -12,14 +12,27 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from cellgate.gate.audit.recorder import Recorder
-from cellgate.gate.calls.dispatch import CallContext, CallRecord, Gate
+from cellgate.gate._errors import SessionError
+from cellgate.gate.calls.dispatch import CallLog, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
+from cellgate.gate.calls.record import CallRecord
 from cellgate.kernel.errors import error_for
 
 PREVIEW_CHARS = 4000
+
+
+class DirectLog(CallLog, Protocol):
+    """What records a direct call's cell: the session's ``Recorder`` (cells are its ``CellRecord``)."""
+
+    def cell_sent(self, msg_id: str, source: str, silent: bool, kind: Literal["code", "direct"] = "code") -> Any: ...
+
+    def cell_started(self, cell: Any) -> None: ...
+
+    def output(self, cell: Any, output: dict[str, Any]) -> None: ...
+
+    def cell_ended(self, cell: Any, status: str, limits_hit: list[str], error: dict[str, str] | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,22 +69,22 @@ def _output(outcome: DirectResult) -> dict[str, Any]:
             "data": {"text/plain": text}}
 
 
-async def serve_direct(gate: Gate, recorder: Recorder, tool: str, args: dict[str, Any]) -> DirectResult:
-    """Run one direct call through the gate and record it as its own cell."""
+async def serve_direct(dispatcher: Dispatcher, recorder: DirectLog, tool: str, args: dict[str, Any]) -> DirectResult:
+    """Run one direct call through the call path and record it as its own cell."""
     msg_id = f"direct-{uuid.uuid4().hex}"
-    gate.note_secret_args(tool, args)  # the cell's source is the call: its secret arguments are known now
+    dispatcher.note_secret_args(tool, args)  # the cell's source is the call: its secret arguments are known now
     cell = recorder.cell_sent(msg_id, python_call(tool, args), silent=False, kind="direct")
     recorder.cell_started(cell)
-    gate.new_cell()
-    seq = gate.next_seq()
-    context = CallContext(cell_source=cell.source, origin="direct",
-                          intent=lambda record: recorder.call_started(cell, record),
-                          idempotency_key=f"{gate.session_id}/{msg_id}/{seq}")
+    dispatcher.new_cell()
+    scope = CallScope(cell=cell, msg_id=msg_id, key=msg_id, source=cell.source, origin="direct")
     request = CallRequest(id=msg_id, tool=tool, args=args)
-    reply, record = await gate.call(request, seq, context)
-    recorder.call_finished(cell, record)
-    outcome = DirectResult(ok=bool(reply["ok"]), result=reply.get("result"), error=reply.get("error"), record=record)
-    recorder.output(cell, _output(outcome))
-    recorder.cell_ended(cell, "ok" if outcome.ok else "error", [], None if outcome.ok else {
-        "ename": outcome.error_name, "evalue": (outcome.error or {}).get("message", "")})
-    return outcome
+    refused = dispatcher.admit(request, scope)
+    if refused is not None:  # the journal broke: every call is refused (a direct call has no cell to wait in)
+        raise SessionError(f"tool {tool!r} was not called: {(refused.reply.error or {}).get('message')}")
+    outcome = await dispatcher.serve(request, scope)
+    reply = outcome.reply
+    result = DirectResult(ok=reply.ok, result=reply.result, error=reply.error, record=outcome.record)
+    recorder.output(cell, _output(result))
+    recorder.cell_ended(cell, "ok" if result.ok else "error", [], None if result.ok else {
+        "ename": result.error_name, "evalue": (result.error or {}).get("message", "")})
+    return result

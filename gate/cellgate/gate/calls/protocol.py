@@ -3,7 +3,9 @@
 One strict JSON decoder for every message from the kernel (installed as the
 host ``jupyter_client.Session`` unpacker, so pickle is never possible) and one
 validator for tool-call requests. Every rejection is a ``ProtocolError`` with
-a message fit for the journal and for the error reply.
+a message fit for the journal and for the error reply. ``CallReply`` is what
+goes back (``wire`` module docstring), and ``error_reply`` the one builder of
+a refusal; ``CallFailed`` carries a typed failure to it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cellgate.gate._errors import ProtocolError
-from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
+from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL, ErrorKind
+
+__all__ = ["CallFailed", "CallReply", "CallRequest", "ProtocolError", "batch_items", "error_reply", "parse_call",
+           "strict_loads"]
 
 MAX_DEPTH = 64
 _ID = re.compile(r"^[0-9a-f]{8,64}$")
@@ -87,6 +92,36 @@ class CallRequest:
     line: int | None = None  # the cell line the kernel says issued the call (a claim, for provenance)
     cell: str | None = None  # the msg_id of the cell the kernel says started the calling code (a claim)
     thread: str | None = None  # the name of the kernel thread that made the call (a claim)
+
+
+class CallFailed(Exception):
+    """A call that ends without a result: its kind and message become the error reply."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class CallReply:
+    """The answer to one call: a result, or an error of a ``wire.ErrorKind`` with its message."""
+
+    id: str
+    ok: bool
+    result: Any = None
+    error: dict[str, str] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The reply as the kernel reads it."""
+        if self.ok:
+            return {"id": self.id, "ok": True, "result": self.result}
+        return {"id": self.id, "ok": False, "error": self.error}
+
+
+def error_reply(call_id: str, kind: ErrorKind, message: str) -> CallReply:
+    """The one way a call is refused or failed on the wire."""
+    return CallReply(id=call_id, ok=False, error={"kind": kind, "message": message})
 
 
 def batch_items(data: Any, size: int) -> list[Any] | None:

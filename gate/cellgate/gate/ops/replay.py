@@ -25,7 +25,7 @@ from typing import Any
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_value
 from cellgate.gate.audit.show import journal_of, load_notebook
-from cellgate.gate.calls.dispatch import CallContext, CallFailed, CallRecord, Gate
+from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.ops.replay_trust import live_tools, operator_settings
@@ -120,7 +120,7 @@ def recorded_registry(nb: Any, real: dict[str, Tool]) -> ToolRegistry:
     return registry
 
 
-class ReplayGate(Gate):
+class ReplayGate(Dispatcher):
     """Answers calls from a recording; only ``live`` tools reach real functions."""
 
     def __init__(self, *args: Any, recording: list[RecordedCell], live: set[str], **kwargs: Any) -> None:
@@ -136,7 +136,7 @@ class ReplayGate(Gate):
         self.cell_index += 1
         self.position = 0
 
-    async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallContext,
+    async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallScope,
                               secrets: list[str]) -> tuple[Any, Any]:
         if request.tool in self.live:
             self.live_calls += 1
@@ -222,7 +222,7 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
                       gate_factory=factory, metadata=origin)
     await session.start()
     try:
-        gate = session.provisioner.service.gate  # type: ignore[union-attr]
+        gate = session.provisioner.service.dispatcher  # type: ignore[union-attr]
         assert isinstance(gate, ReplayGate)  # made by `factory`
         for index, recorded in enumerate(cells, start=1):
             result = await session.execute(recorded.source)

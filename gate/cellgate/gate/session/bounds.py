@@ -7,7 +7,8 @@ budget counts every refusal, and past it nothing more is recorded but a
 summary (count, first and last tool) when the cell ends. ``json_values``
 counts what a message would cost to parse before the host parses it.
 ``watch_overflow`` tells a frame refused by ``ZMQ_MAXMSGSIZE`` from a kernel
-that went away.
+that went away. ``precheck`` bounds an IOPub message before anything of it is
+parsed but its header.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Literal
 
 import zmq
@@ -23,8 +24,20 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from cellgate.gate._json import canonical_json
-from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.calls.protocol import ProtocolError, strict_loads
+from cellgate.gate.calls.record import CallRecord
+from cellgate.kernel.wire import MAX_REQUEST_BYTES
+
+# Largest content the host parses of a message that is not an output (status, replies, input requests).
+MAX_PARSED_CONTENT = 1 << 20
+MAX_HEADER_BYTES = 16 << 10
+MAX_METADATA_BYTES = 64 << 10
+OUTPUT_TYPES = frozenset({"stream", "display_data", "execute_result", "error"})
+IOPUB_TYPES = frozenset({
+    "status", "stream", "display_data", "update_display_data", "execute_input", "execute_result", "error",
+    "clear_output", "comm_open", "comm_msg", "comm_close", "debug_event", "iopub_welcome", "shutdown_reply",
+})
+COMM_TYPES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
 # Error kinds of a call the gate refused before any tool ran.
 REFUSED_KINDS = frozenset({"not_found", "invalid", "denied", "budget", "rate_limited"})
@@ -108,6 +121,10 @@ class RefusalLedger:
         shrink_args(record)
         return "record"
 
+    def outcome(self, record: CallRecord) -> Literal["record", "coalesced", "dropped"]:
+        """Whether to record a served call: a refusal is counted (``note``), anything else recorded."""
+        return self.note(record.tool, record) if is_refusal(record) else "record"
+
     def summary(self) -> list[tuple[str, dict[str, Any]]]:
         """The journal events that close the cell's account of its refusals."""
         events: list[tuple[str, dict[str, Any]]] = [
@@ -174,3 +191,25 @@ def content_within(msg: Any, cap: int) -> dict[str, Any] | None:
         return None
     content = strict_loads(body)
     return content if isinstance(content, dict) else {}
+
+
+def precheck(rest: list[bytes], report: Callable[..., None]) -> str | None:
+    """An IOPub message's type, read from its bounded header before anything else is parsed; None to drop it
+    (``report`` journals why, as ``report(kind, **data)``)."""
+    if len(rest) < 5:
+        report("protocol-error", channel="iopub", error=f"{len(rest)} frames after the delimiter")
+        return None
+    if len(rest[1]) > MAX_HEADER_BYTES or len(rest[2]) > MAX_HEADER_BYTES or len(rest[3]) > MAX_METADATA_BYTES:
+        report("protocol-error", channel="iopub",
+               error=f"oversize header/parent/metadata ({len(rest[1])}/{len(rest[2])}/{len(rest[3])} bytes)")
+        return None
+    header = strict_loads(rest[1])
+    msg_type = header.get("msg_type") if isinstance(header, dict) else None
+    if msg_type not in IOPUB_TYPES:
+        report("protocol-error", channel="iopub", error=f"unknown msg_type {str(msg_type)[:80]!r}")
+        return None
+    if msg_type in COMM_TYPES and (len(rest[4]) > MAX_REQUEST_BYTES or len(rest) > 5):
+        report("call-rejected", reason=f"comm message of {len(rest[4])} bytes with "
+               f"{len(rest) - 5} buffers (limit {MAX_REQUEST_BYTES} bytes, no buffers)")
+        return None
+    return str(msg_type)

@@ -33,7 +33,7 @@ class LateOutput:
 
     def add(self, loop: asyncio.AbstractEventLoop, parent_id: str, msg: dict[str, Any]) -> None:
         """An output message whose parent is not the running cell."""
-        cell = self.recorder.reducer.by_id.get(parent_id)
+        cell = self.recorder.cell(parent_id)
         if cell is None or cell.status is None:
             return
         self._counts[parent_id] += 1

@@ -24,7 +24,7 @@ from cellgate.gate._versions import versions
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls.approval import ApprovalRequest, Approver
-from cellgate.gate.calls.dispatch import Gate
+from cellgate.gate.calls.dispatch import CallLog, Dispatcher
 from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
@@ -48,10 +48,10 @@ class RecorderFactory(Protocol):
 
 
 class GateFactory(Protocol):
-    """Makes the session's gate (``Gate`` itself, or a subclass such as replay's)."""
+    """Makes the session's gate (``Dispatcher`` itself, or a subclass such as replay's)."""
 
-    def __call__(self, registry: ToolRegistry, *, policy: Policy, approver: Approver, session_id: str,
-                 call_timeout: float) -> Gate: ...
+    def __call__(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
+                 session_id: str, call_timeout: float) -> Dispatcher: ...
 
 
 class SandboxOverrides(TypedDict, total=False):
@@ -92,7 +92,7 @@ class LaunchOptions:
     registry: ToolRegistry | None = None  # given: no configured tools or sources are loaded
     sources: tuple[ToolSource, ...] = ()  # opened with the session, closed when it ends
     approver: ApproverSpec | None = None  # else [policy] approver
-    gate_factory: GateFactory = Gate
+    gate_factory: GateFactory = Dispatcher
     recorder_factory: RecorderFactory = Recorder
     journal_factory: JournalFactory = Journal
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+import zmq.asyncio
 
 from cellgate.kernel.wire import OUTPUT_LOG_BYTES, SEQ_KEY
 
@@ -150,7 +151,7 @@ async def settle(sock: zmq.asyncio.Socket | None, seconds: float = 1.0) -> None:
     quiet = 0
     while quiet < 3 and loop.time() < deadline:
         try:
-            pending = bool(sock.get(zmq.EVENTS) & zmq.POLLIN)
+            pending = bool(int(sock.get(zmq.EVENTS)) & zmq.POLLIN)
         except zmq.ZMQError:
             return
         quiet = 0 if pending else quiet + 1

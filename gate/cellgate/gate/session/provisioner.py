@@ -4,7 +4,7 @@ Registered under the ``jupyter_client.kernel_provisioners`` entry point, so
 every frontend that launches the ``cellgate`` kernelspec (JupyterLab,
 ``jupyter console``, nbclient, papermill, our ``Session``) gets the same
 sandbox, gate and audit notebook. The frontend's connection file points at
-the host-side relay of ``GateService``; the kernel itself lives in gVisor,
+the host-side relay (``Relay``); the kernel itself lives in gVisor,
 reachable only through its ipc sockets.
 """
 
@@ -40,7 +40,7 @@ from cellgate.gate.session.launch import (
     session_metadata,
     settings_for,
 )
-from cellgate.gate.session.relay import CellTimeouts, GateService
+from cellgate.gate.session.relay import CellTimeouts, Relay
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Started:
     registry: ToolRegistry
     sources: tuple[ToolSource, ...]
     recorder: Recorder
-    service: GateService
+    service: Relay
     sandbox_config: SandboxConfig  # the launch parameters of every sandbox of the session
     tools_files: dict[str, str]  # the generated ``tools`` package
 
@@ -79,7 +79,7 @@ class GVisorProvisioner(LocalProvisioner):
 
     # Read by tests, replay and tools that look inside a session; None when not started.
     @property
-    def service(self) -> GateService | None:
+    def service(self) -> Relay | None:
         return self._started.service if self._started else None
 
     @property
@@ -139,7 +139,7 @@ class GVisorProvisioner(LocalProvisioner):
         return Started(settings, registry, tuple(sources), recorder, service, sandbox_config(box, runsc), tools_files)
 
     def _start_relay(self, settings: Settings, registry: ToolRegistry, sources: list[ToolSource],
-                     metadata: dict[str, Any]) -> tuple[Recorder, GateService]:
+                     metadata: dict[str, Any]) -> tuple[Recorder, Relay]:
         """The recorder, the gate and the relay frontends connect to, started before the first kernel."""
         options, box, session_id = self.options, settings.sandbox, metadata["session_id"]
         if options.notebook is not None:
@@ -153,10 +153,10 @@ class GVisorProvisioner(LocalProvisioner):
             for note in source.notes:
                 recorder.event("tool-source-note", **note)
         approver = load_approver(options.approver or settings.policy.approver)
-        gate = options.gate_factory(registry, policy=settings.policy, approver=approver, session_id=session_id,
-                                    call_timeout=box.call_timeout)
+        gate = options.gate_factory(registry, log=recorder, policy=settings.policy, approver=approver,
+                                    session_id=session_id, call_timeout=box.call_timeout)
         recorder.scrub = gate.secrets.scrub_record  # secrets the gate sees never reach the journal
-        service = GateService(
+        service = Relay(
             dict(self.connection_info), gate, recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),
             output_limit=box.output_limit_kb << 10, restricted=box.restricted,

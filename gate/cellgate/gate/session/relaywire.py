@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from jupyter_client.session import Session
 
@@ -30,12 +30,13 @@ class SignatureError(ValueError):
 
 def _checked(frames: list[bytes], src: Session) -> tuple[list[bytes], list[bytes]]:
     """(identities, frames after the delimiter) of a message signed with ``src``'s key."""
-    idents, rest = src.feed_identities(frames)
+    idents, feed = src.feed_identities(frames)
+    rest = cast(list[bytes], feed)  # the relay reads with copy=True: bytes, never zmq.Frame
     if len(rest) < 5:
         raise SignatureError(f"{len(rest)} frames after the delimiter, at least 5 expected")
     if not hmac.compare_digest(rest[0], src.sign(rest[1:5])):
         raise SignatureError("invalid signature")
-    return list(idents), list(rest)
+    return cast(list[bytes], list(idents)), list(rest)
 
 
 def resign(frames: list[bytes], src: Session, dst: Session) -> list[bytes]:

@@ -27,7 +27,7 @@ from cellgate.gate._errors import KernelDied, SessionError
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls.direct import DirectResult
-from cellgate.gate.calls.dispatch import CallRecord, Gate
+from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
@@ -128,7 +128,7 @@ class Session:
         cwd: str | Path | None = None,
         approver: ApproverSpec | None = None,
         registry: ToolRegistry | None = None,
-        gate_factory: GateFactory = Gate,
+        gate_factory: GateFactory = Dispatcher,
         metadata: Mapping[str, Any] | None = None,
         settings: Settings | None = None,
         sources: Sequence[ToolSource] = (),

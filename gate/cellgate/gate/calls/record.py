@@ -1,0 +1,84 @@
+"""The record of one gated call, as the journal and the audit notebook keep it (secrets redacted)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cellgate.gate._json import canonical_json
+
+PREVIEW_CHARS = 200
+
+
+class Secret(str):
+    """A value a tool marks secret: the sandbox gets it, the audit trail only its digest."""
+
+    __slots__ = ()
+
+
+def split_secrets(value: Any, found: list[str], digest: Callable[[str], Any]) -> tuple[Any, Any]:
+    """(plain value for the sandbox, redacted value for the record); secrets go in found."""
+    if isinstance(value, Secret):
+        found.append(str(value))
+        return str(value), digest(str(value))
+    if isinstance(value, dict):
+        pairs = {k: split_secrets(v, found, digest) for k, v in value.items()}
+        return {k: p for k, (p, _) in pairs.items()}, {k: r for k, (_, r) in pairs.items()}
+    if isinstance(value, (list, tuple)):
+        pairs_list = [split_secrets(v, found, digest) for v in value]
+        return [p for p, _ in pairs_list], [r for _, r in pairs_list]
+    return value, value
+
+
+@dataclass
+class CallRecord:
+    """One gated call as the audit notebook lists it (secrets already redacted)."""
+
+    seq: int
+    id: str
+    tool: str
+    args: dict[str, Any]
+    started: str
+    decision: str = "deny"
+    rule: str | None = None
+    ok: bool = False
+    result: Any = None
+    error: dict[str, str] | None = None
+    result_sha256: str | None = None
+    result_bytes: int | None = None
+    duration_ms: float = 0.0
+    approval: dict[str, Any] | None = None
+    counters: dict[str, int] | None = None
+    # What the kernel says about the call (never checked, only recorded as its claim): the cell
+    # line and thread that made it, and the text of that line in the host's copy of the program.
+    cell_line: int | None = None
+    source_line: str | None = None
+    thread: str | None = None
+    args_sha256: str = ""
+    idempotency_key: str | None = None
+
+    def as_metadata(self, inline_limit: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "seq": self.seq, "id": self.id, "tool": self.tool, "args": self.args, "args_sha256": self.args_sha256,
+            "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
+            "duration_ms": round(self.duration_ms, 3),
+        }
+        for key in ("approval", "counters", "idempotency_key"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),
+                                                   ("thread", self.thread)) if value is not None}
+        if claimed:
+            entry["claimed"] = claimed  # reported by the kernel; every view labels it so
+        if self.ok:
+            entry["result_sha256"] = self.result_sha256
+            entry["result_bytes"] = self.result_bytes
+            text = canonical_json(self.result)
+            if len(text) <= inline_limit:
+                entry["result"] = self.result
+            else:
+                entry["result_preview"] = text[:PREVIEW_CHARS]
+        else:
+            entry["error"] = self.error
+        return entry

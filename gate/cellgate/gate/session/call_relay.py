@@ -1,0 +1,92 @@
+"""Tool calls from code in the sandbox: read off the gate's comm, served by the call path, answered in batches.
+
+Each request (or each call of a batch) is parsed strictly (``protocol``),
+attributed to the running cell, and handed to the ``Dispatcher`` (admission,
+then decision, run and record). Replies ready in the same loop turn go to the
+kernel as one control message: every control message costs the kernel a
+busy/idle round on IOPub, which inside gVisor dominates a call, so batching
+keeps parallel calls parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cellgate.gate.calls.dispatch import CallScope, Dispatcher
+from cellgate.gate.calls.protocol import CallReply, CallRequest, ProtocolError, batch_items, error_reply, parse_call
+from cellgate.gate.session.cells import CellQueue, CellRun
+from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.kernel_watch import KernelWatch
+
+
+class CallRelay:
+    def __init__(self, dispatcher: Dispatcher, cells: CellQueue, kernel: KernelWatch, events: RelayEvents,
+                 tasks: Tasks) -> None:
+        self.dispatcher = dispatcher
+        self.cells = cells
+        self.kernel = kernel
+        self.events = events
+        self.tasks = tasks
+        self._outbox: dict[str, list[dict[str, Any]]] = {}
+        self._flush_scheduled = False
+
+    def on_request(self, comm_id: str, data: Any, size: int) -> None:
+        """A message on one of the gate's comms: one call, or a batch of them."""
+        try:
+            batch = batch_items(data, size)
+        except ProtocolError as exc:
+            self.events.protocol("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            return  # no single id to answer: the kernel's own deadline ends its waits
+        for item in batch if batch is not None else [data]:  # each call decided, recorded and answered on its own
+            self._on_call(comm_id, item, size)
+
+    def _on_call(self, comm_id: str, data: Any, size: int) -> None:
+        head = self.cells.running()
+        try:
+            request = parse_call(data, size)
+        except ProtocolError as exc:
+            self.events.protocol("call-rejected", reason=str(exc), comm_id=comm_id[:80])
+            if head is not None:
+                tool = data.get("tool") if isinstance(data, dict) else None
+                self.cells.refused(head, head.refusals.note(str(tool)[:128] if isinstance(tool, str) else "(malformed)"))
+            call_id = data.get("id") if isinstance(data, dict) else None
+            if isinstance(call_id, str) and len(call_id) <= 64:
+                self._reply(comm_id, error_reply(call_id, "invalid", f"malformed tool call: {exc}"))
+            return
+        scope = head.scope() if head is not None else None
+        refused = self.dispatcher.admit(request, scope)
+        if refused is not None:
+            if refused.event is not None:
+                self.events.protocol("call-rejected", **refused.event)
+            if head is not None:
+                self.cells.refused(head, refused.refusal)
+            self._reply(comm_id, refused.reply)
+            return
+        assert head is not None and scope is not None
+        self.tasks.spawn(self._serve(comm_id, head, request, scope))
+
+    async def _serve(self, comm_id: str, head: CellRun, request: CallRequest, scope: CallScope) -> None:
+        try:
+            outcome = await self.dispatcher.serve(request, scope)
+            self.cells.refused(head, outcome.refusal)
+            reply = outcome.reply
+        except Exception as exc:  # a bug or an unwritable journal must not leave the cell waiting
+            self.events.failure(exc)
+            reply = error_reply(request.id, "unavailable", f"the gate could not serve {request.tool!r}: "
+                                                           f"{type(exc).__name__}")
+        self._reply(comm_id, reply)
+
+    def _reply(self, comm_id: str, reply: CallReply) -> None:
+        """Queue a reply; replies ready in the same loop turn go to the kernel as one message."""
+        self._outbox.setdefault(comm_id, []).append(reply.wire())
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(lambda: self.tasks.spawn(self._flush()))
+
+    async def _flush(self) -> None:
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, {}
+        for comm_id, replies in outbox.items():
+            data = replies[0] if len(replies) == 1 else {"batch": replies}
+            await self.kernel.send_control("comm_msg", {"comm_id": comm_id, "data": data})

@@ -1,0 +1,166 @@
+"""The kernel's life as the host sees it: its control socket, interrupts, kills, and how it dies.
+
+The host interrupts a cell past its timeout and kills the kernel when the
+interrupt does not stop it, when a cell spends its refusal budget, or when
+the kernel sends a frame over the size bound. When the kernel's process ends,
+the running cell's lost output is recovered from its log and every queued cell
+ends with how the kernel went: ``killed`` (by the host), ``memory`` (the OOM
+watch saw the cgroup's limit hit) or ``kernel-died``; an exit the frontend
+asked for is not a death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.session import Session
+
+from cellgate.gate.sandbox.container import Sandbox
+from cellgate.gate.sandbox.cpuclock import CpuSource
+from cellgate.gate.sandbox.oom import OomWatch
+from cellgate.gate.session.bounds import HostBounds, reopen
+from cellgate.gate.session.cells import CellQueue
+from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.output_ledger import settle
+
+
+def signing_session(key: str | bytes) -> Session:
+    """A ``jupyter_client`` session that signs with ``key`` and reads JSON strictly (never pickle)."""
+    return Session(
+        key=key if isinstance(key, bytes) else key.encode(), signature_scheme="hmac-sha256", check_pid=False,
+        unpacker="cellgate.gate.calls.protocol.strict_loads",
+    )
+
+
+class KernelWatch:
+    def __init__(self, cells: CellQueue, events: RelayEvents, tasks: Tasks, bounds: HostBounds) -> None:
+        self.cells = cells
+        self.events = events
+        self.tasks = tasks
+        self.bounds = bounds
+        self.sandbox: Sandbox | None = None
+        self.session = signing_session(os.urandom(32).hex())  # each sandbox's own key, set on attach
+        self.control: zmq.asyncio.Socket | None = None  # the host's own control connection
+        self.iopub: zmq.asyncio.Socket | None = None
+        self.exit_expected = False
+        self.stopping = False
+        self._killed_by_host: Sandbox | None = None
+        # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
+        self._kill_status: dict[str, tuple[str, str]] = {}
+        self._oom: OomWatch | None = None
+
+    def attached(self, sandbox: Sandbox, control: zmq.asyncio.Socket, iopub: zmq.asyncio.Socket) -> None:
+        self.sandbox = sandbox
+        self.exit_expected = False
+        self.session = signing_session(sandbox.key)  # never the frontends' key (relaywire)
+        self.control = control
+        self.iopub = iopub
+        if self._oom is not None:
+            self._oom.close()
+        self._oom = OomWatch(sandbox.id, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id))
+        if sandbox.config.isolation == "gvisor" and not self._oom.start(asyncio.get_running_loop()):
+            self.cells.recorder.event("memory-accounting-unavailable",
+                                      note="an OOM kill will be reported as kernel-died")
+        self.tasks.spawn(self._watch_process(sandbox), kernel=True)
+
+    def detached(self) -> None:
+        self.control = self.iopub = None
+        self.sandbox = None
+
+    def close(self) -> None:
+        if self._oom is not None:
+            self._oom.close()
+
+    # ------------------------------------------------------ control
+    async def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
+        if self.control is None:
+            return
+        msg = self.session.msg(msg_type, content)
+        await self.control.send_multipart(self.session.serialize(msg))
+
+    async def interrupt(self) -> None:
+        """Send the kernel an interrupt_request on control (as a notebook's interrupt does)."""
+        await self.send_control("interrupt_request", {})
+
+    def interrupt_soon(self) -> None:
+        self.tasks.spawn(self.interrupt())
+
+    def kill_soon(self) -> bool:
+        """Kill the current kernel (False if none is attached)."""
+        if self.sandbox is None:
+            return False
+        self.tasks.spawn(self._kill(self.sandbox))
+        return True
+
+    async def _kill(self, sandbox: Sandbox) -> None:
+        self._killed_by_host = sandbox
+        await asyncio.get_running_loop().run_in_executor(None, sandbox.kill)
+
+    def cpu_source(self) -> CpuSource:
+        box = self.sandbox
+        if box is None:
+            return CpuSource(None, None)
+        if box.config.isolation == "gvisor":
+            return CpuSource(box.id, None)
+        return CpuSource(None, box.process.pid if box.process is not None else None)
+
+    # ------------------------------------------------------ overflow and death
+    def overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: Sandbox) -> None:
+        """A frame over the bound was refused with its connection, and messages behind it were lost:
+        the relay reconnects; a running cell cannot be trusted to finish, so it ends `error` and the
+        kernel is stopped (Session restarts it)."""
+        if self.sandbox is not sandbox or self.stopping:
+            return
+        limit = self.bounds.max_message_bytes
+        self.cells.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
+                                  note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
+        reopen(sock, endpoint)
+        head = self.cells.running()
+        if head is None or self._killed_by_host is sandbox:
+            return  # between cells nothing waits on the lost messages
+        head.end.error = {"ename": "MessageTooLarge", "evalue": (
+            f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
+            f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
+        head.end.hit("message-size")
+        self._kill_status[sandbox.id] = ("error", "message-size")
+        self.tasks.spawn(self._kill(sandbox))
+
+    async def _watch_process(self, sandbox: Sandbox) -> None:
+        assert sandbox.process is not None
+        code = await asyncio.get_running_loop().run_in_executor(None, sandbox.process.wait)
+        if self.sandbox is not sandbox or self.stopping:
+            return
+        if self.exit_expected:
+            self.events.life("kernel-exited", exit_code=code)
+            return
+        await self._recover_output()
+        if self.sandbox is not sandbox or self.stopping:
+            return
+        if self._killed_by_host is sandbox:
+            self.events.life("kernel-killed", exit_code=code)
+            status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
+            self.cells.fail_all(status, reason)
+            return
+        if self._oom is not None and self._oom.hit:
+            self.events.life("kernel-died", exit_code=code, cause="memory")
+            head = self.cells.running()
+            if head is not None:
+                head.end.error = {"ename": "SandboxMemoryLimit", "evalue": (
+                    f"the sandbox reached its {sandbox.config.limits.memory_bytes >> 20} MB memory limit "
+                    "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
+            self.cells.fail_all("memory", "memory")
+            return
+        self.events.life("kernel-died", exit_code=code)
+        self.cells.fail_all("kernel-died", "kernel-died")
+
+    async def _recover_output(self) -> None:
+        """The kernel died: record the running cell's output that its log has and IOPub never delivered."""
+        await settle(self.iopub)
+        head = self.cells.running()
+        if head is not None and self.cells.ledger is not None:
+            for output in self.cells.ledger.recover(head.record.msg_id):
+                self.cells.capture(head, output)

@@ -1,0 +1,248 @@
+"""What the relay reads off the traffic it passes: cells sent, their replies, input requests, and IOPub.
+
+- an ``execute_request`` from a frontend is recorded as a cell (restricted
+  mode may refuse it, and a cell that cannot be recorded is not run);
+- the kernel's ``execute_reply`` and idle status end the running cell;
+- an ``input_request`` reaches frontends only while a cell that allowed stdin runs;
+- IOPub is bounded before it is parsed (``bounds``); tool calls on the gate's
+  comms go to ``CallRelay`` and never reach frontends; outputs are captured
+  for the running cell, or kept with the ended cell whose work printed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from jupyter_client.session import Session
+
+from cellgate.gate._errors import SessionError
+from cellgate.gate.audit.journal import JournalError
+from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
+from cellgate.gate.calls.protocol import ProtocolError
+from cellgate.gate.session import frontend_replies
+from cellgate.gate.session.bounds import (
+    MAX_HEADER_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_OUTPUT_VALUES,
+    MAX_PARSED_CONTENT,
+    OUTPUT_TYPES,
+    content_within,
+    json_values,
+    precheck,
+    read_unparsed,
+)
+from cellgate.gate.session.call_relay import CallRelay
+from cellgate.gate.session.cells import Answer, CellQueue, FrontendRequest
+from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.kernel_watch import KernelWatch
+from cellgate.gate.session.late import LateOutput
+from cellgate.kernel import restricted
+from cellgate.kernel.wire import COMM_TARGET
+
+MAX_GATE_COMMS = 64
+
+
+class Taps:
+    def __init__(self, recorder: Recorder, cells: CellQueue, calls: CallRelay, kernel: KernelWatch,
+                 events: RelayEvents, tasks: Tasks, late: LateOutput, answer: Answer, front_session: Session,
+                 restricted: bool, output_limit: int) -> None:
+        self.recorder = recorder
+        self.cells = cells
+        self.calls = calls
+        self.kernel = kernel
+        self.events = events
+        self.tasks = tasks
+        self.late = late
+        self._answer = answer
+        self._front_session = front_session
+        self.restricted = restricted
+        self.output_limit = output_limit
+        self.gate_comms: set[str] = set()
+
+    # ------------------------------------------------------------ shell and stdin
+    def request(self, frames: list[bytes]) -> bool:
+        """Record an execute_request; False when the host answers it instead of the kernel."""
+        try:
+            idents, rest = self._front_session.feed_identities(frames)
+            msg = self._front_session.deserialize(rest)
+        except Exception as exc:
+            self.events.protocol("protocol-error", channel="shell-request", error=f"{type(exc).__name__}: {exc}"[:300])
+            return True
+        if msg["header"].get("msg_type") != "execute_request":
+            return True
+        content = msg["content"]
+        code = content.get("code")
+        if not isinstance(code, str):
+            return True
+        msg_id = msg["header"]["msg_id"]
+        self.cells.results.forget(msg_id, only_done=True)  # a client may reuse a msg_id after a restart
+        request = FrontendRequest(header=msg["header"], idents=cast(list[bytes], list(idents)), allow_stdin=content.get("allow_stdin") is True)
+        try:
+            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")))
+        except JournalError as exc:
+            # A cell that cannot be recorded is not run: answer it here, never forward it.
+            error = frontend_replies.audit_unavailable(str(exc))
+            future = self.cells.results.future(msg_id)  # the caller may not be waiting yet: it finds this one
+            if not future.done():
+                future.set_exception(SessionError(error["evalue"]))
+            self.tasks.spawn(self._answer(request.header, request.idents, error))
+            return False
+        if self.restricted:
+            problems = restricted.check(code)  # compile only: nothing of the program runs on the host
+            if problems:
+                self._reject(record, request, problems)
+                return False
+        self.cells.add(record, request)
+        return True
+
+    def _reject(self, record: CellRecord, request: FrontendRequest, problems: list[str]) -> None:
+        """Restricted mode refused the program: record it as `rejected` and answer the frontend; the kernel never sees it."""
+        error = frontend_replies.restricted(problems)
+        try:
+            self.recorder.cell_started(record)
+            self.recorder.output(record, {"output_type": "error",
+                                          **{k: error[k] for k in ("ename", "evalue", "traceback")}})
+            self.recorder.cell_ended(record, "rejected", ["restricted"],
+                                     {"ename": error["ename"], "evalue": error["evalue"]})
+        except Exception as exc:
+            self.events.failure(exc)
+        self.cells.results.future(record.msg_id).set_result(record)
+        self.tasks.spawn(self._answer(request.header, request.idents, error))
+
+    def read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
+        """A kernel message with its headers checked and parsed, its content left unparsed (bytes)."""
+        try:
+            return read_unparsed(self.kernel.session, frames, MAX_HEADER_BYTES, MAX_METADATA_BYTES)
+        except Exception as exc:
+            self.events.protocol("protocol-error", channel=channel, error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    def stdin_allowed(self, frames: list[bytes]) -> bool:
+        """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
+        head = self.cells.running()
+        parsed = self.read(frames, "stdin")
+        if parsed is None:
+            return False
+        msg = parsed[1]
+        if len(msg["content"]) > MAX_HEADER_BYTES:
+            self.events.protocol("input-request-dropped", msg_type=str(msg["header"].get("msg_type"))[:80],
+                                 reason=f"content of {len(msg['content'])} bytes (limit {MAX_HEADER_BYTES})")
+            return False
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if head is not None and head.request.allow_stdin and parent_id == head.record.msg_id:
+            return True
+        try:
+            content = content_within(msg, MAX_HEADER_BYTES)
+        except ProtocolError:
+            content = {}
+        prompt = str((content or {}).get("prompt", ""))[:200]
+        self.events.protocol("input-request-dropped", msg_type=msg["header"].get("msg_type"), prompt=prompt,
+                             reason="no running cell of this session allowed stdin")
+        return False
+
+    def reply(self, frames: list[bytes]) -> None:
+        """The kernel's execute_reply for the running cell."""
+        parsed = self.read(frames, "shell-reply")
+        if parsed is None:
+            return
+        msg = parsed[1]
+        if msg["header"].get("msg_type") != "execute_reply":
+            return
+        head = self.cells.running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if head is None or parent_id != head.record.msg_id:
+            return
+        try:
+            content = content_within(msg, MAX_PARSED_CONTENT)
+        except ProtocolError as exc:
+            self.events.protocol("protocol-error", channel="shell-reply", error=str(exc)[:300])
+            content = {}
+        if content is None:
+            size = len(msg["content"])
+            self.events.protocol("message-too-large", channel="shell", size=size, limit_bytes=MAX_PARSED_CONTENT)
+            content = {"status": "error", "ename": "MessageTooLarge",
+                       "evalue": f"the kernel's execute_reply was {size} bytes, over the {MAX_PARSED_CONTENT} "
+                                 "bytes the host reads; it was not parsed"}
+        count = content.get("execution_count")
+        if isinstance(count, int) and not isinstance(count, bool) and count != head.record.execution_count:
+            self.recorder.execute_input(head.record, count)
+        error = None
+        if content.get("status") == "error":
+            error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
+        self.cells.replied(head, str(content.get("status")), error)
+
+    # ------------------------------------------------------------- iopub
+    def iopub(self, frames: list[bytes]) -> dict[str, Any] | None:
+        """Handle one IOPub message; returns it if frontends should see it (rebuilt by relaywire)."""
+        session = self.kernel.session
+        _, feed = session.feed_identities(frames)
+        rest = cast(list[bytes], feed)  # read with copy=True: bytes, never zmq.Frame
+        msg_type = precheck(rest, self.events.protocol)
+        if msg_type is None:
+            return None
+        msg = session.deserialize(rest, content=False)
+        if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
+            return None
+        if self.cells.ledger is not None:
+            self.cells.ledger.seen(msg)  # numbered by the kernel: gaps are lost messages
+        size = len(msg["content"])
+        if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
+            parsed = None  # small text, huge structure: what it would cost is counted, not paid
+        else:
+            parsed = content_within(msg, self.output_limit // 2 if msg_type in OUTPUT_TYPES else MAX_PARSED_CONTENT)
+        if parsed is None:
+            self._unread(msg, msg_type, size)
+            return None
+        content = msg["content"] = parsed if isinstance(parsed, dict) else {}
+        if msg_type in ("comm_open", "comm_msg", "comm_close"):
+            return self._comm(msg, msg_type, content, len(rest[-1]) if rest else 0)
+        head = self.cells.running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if head is None or parent_id != head.record.msg_id:
+            if msg_type in OUTPUT_TYPES:
+                self.late.add(asyncio.get_running_loop(), str(parent_id), msg)
+            return msg
+        if msg_type == "status":
+            if content.get("execution_state") == "idle":
+                self.cells.idle(head)
+        elif msg_type == "execute_input":
+            count = content.get("execution_count")
+            if isinstance(count, int) and not isinstance(count, bool):
+                self.recorder.execute_input(head.record, count)
+        elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
+            self.cells.capture(head, output_dict(msg))
+        return msg
+
+    def _comm(self, msg: dict[str, Any], msg_type: str, content: dict[str, Any], size: int) -> dict[str, Any] | None:
+        """The gate's own comms carry tool calls and never reach frontends; other comms pass (relaywire decides)."""
+        comm_id = str(content.get("comm_id"))
+        if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
+            if len(self.gate_comms) >= MAX_GATE_COMMS and comm_id not in self.gate_comms:
+                self.events.protocol("protocol-error", channel="iopub",
+                                     error=f"more than {MAX_GATE_COMMS} gate comms opened; ignored")
+            else:
+                self.gate_comms.add(comm_id)
+            return None
+        if comm_id in self.gate_comms:
+            if msg_type == "comm_msg":
+                self.calls.on_request(comm_id, content.get("data"), size)
+            else:
+                self.gate_comms.discard(comm_id)
+            return None
+        return msg
+
+    def _unread(self, msg: Any, msg_type: str, size: int) -> None:
+        """A message too big to parse: an output is counted as dropped output (its size and digest are
+        recorded); anything else is journalled. Never parsed, never forwarded (frontends see what is recorded)."""
+        head = self.cells.running()
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if msg_type in OUTPUT_TYPES and head is not None and parent_id == head.record.msg_id:
+            head.output.drop_unread(msg["content"])
+            self.events.protocol("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
+        elif msg_type in OUTPUT_TYPES:
+            self.late.unread(str(parent_id), size)
+            self.events.protocol("output-over-limit", msg_type=msg_type, size=size, late=True)
+        else:
+            self.events.protocol("message-too-large", channel="iopub", msg_type=msg_type, size=size,
+                                 limit_bytes=MAX_PARSED_CONTENT)
