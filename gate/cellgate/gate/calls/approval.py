@@ -177,7 +177,7 @@ class PromptApprover(Approver):
             console = Console(file=tty, highlight=False)
             console.print(Text.assemble(("approval needed", "bold yellow"), f" (request {reveal(request.id)})"))
             console.print(Text(describe_request(request)))
-            console.print("allow this call? [y/N] ", end="")
+            console.print("allow this call? [y/N] ", end="", markup=False)
             tty.flush()
             reply = tty.readline().strip().lower()
         return ApprovalAnswer("allow" if reply in ("y", "yes") else "deny", self.name,
