@@ -27,12 +27,10 @@ import pytest
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit.journal import read_journal, record_hash
 from cellgate.gate.audit.recorder import Reducer
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTED = ROOT / "tests" / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 MAX_RSS_MB = 300
 
 
