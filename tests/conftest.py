@@ -113,13 +113,9 @@ def host_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("hostkey")
     folder.chmod(0o700)
     path = folder / "host.key"
-    before = os.environ.get("CELLGATE_HOST_KEY")
-    os.environ["CELLGATE_HOST_KEY"] = str(path)
-    yield path
-    if before is None:
-        os.environ.pop("CELLGATE_HOST_KEY", None)
-    else:
-        os.environ["CELLGATE_HOST_KEY"] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CELLGATE_HOST_KEY", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,7 @@ decision = "deny"
 
 
 class Asked:
-    """A callback approver that approves only the first request it sees."""
+    """A callback approver that approves only the first request it sees (since a test cleared ``requests``)."""
 
     def __init__(self) -> None:
         self.requests: list = []
@@ -154,6 +154,7 @@ except Exception as e:
 
 
 def test_G3_Y6_approvals_are_bound_to_one_call_and_used_once(hostile, asked: Asked) -> None:
+    asked.requests.clear()  # the module shares the approver: this test counts its own requests, in any order
     first = hostile.execute("print(tools.add(50, 1))")
     assert first.stdout == "51\n" and len(asked.requests) == 1
     # The same call again needs a new approval (the callback now refuses).

@@ -471,7 +471,7 @@ def _as_javascript_would(value):
 
 def jupyterlab_save(path: Path) -> None:
     """What JupyterLab does to a notebook it opens and autosaves (simulated here; the real-browser test is
-    tests/test_frontends' job): numbers re-serialised, language_info and kernelspec filled in, cell UI
+    tests/sandbox/test_frontends' job): numbers re-serialised, language_info and kernelspec filled in, cell UI
     metadata added, sources as one string, another indentation, no trailing newline."""
     nb = _as_javascript_would(json.loads(path.read_text()))
     nb["metadata"]["language_info"] = {
