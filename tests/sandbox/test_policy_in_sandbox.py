@@ -128,7 +128,9 @@ def test_approval_times_out(session_factory, tmp_path_factory, approvals) -> Non
     assert call["decision"] == "approval-timeout" and call["ok"] is False
 
 
-def test_budget_exceeded_mid_loop_keeps_the_earlier_calls(governed) -> None:
+def test_budget_exceeded_mid_loop_keeps_the_earlier_calls(session_factory, tmp_path_factory) -> None:
+    # A session of its own: the module's has a 2 s cell clock, and 50 gated calls on a busy machine can take longer.
+    governed = configured(session_factory, tmp_path_factory)
     result = governed.execute("for i in range(80):\n    tools.echo(str(i))")
     assert result.status == "error" and result.error["ename"] == "ToolBudgetExceeded"
     assert "per-cell budget of 50 calls is used up (50 made)" in result.error["evalue"]
