@@ -92,14 +92,25 @@ def asked() -> Asked:
     return Asked()
 
 
-@pytest.fixture(scope="module")
-def hostile(session_factory, tmp_path_factory, asked):
+def start_hostile(session_factory, tmp_path_factory, approver):
     folder = tmp_path_factory.mktemp("hostile")
     (folder / "cellgate.toml").write_text(POLICY)
-    box = session_factory(config=folder / "cellgate.toml", tools=[], approver=asked, call_timeout=5.0)
+    box = session_factory(config=folder / "cellgate.toml", tools=[], approver=approver, call_timeout=5.0)
     assert box.execute("print(tools.echo('warm'))").stdout == "warm\n"
     assert box.execute(RAW).ok
     return box
+
+
+@pytest.fixture(scope="module")
+def hostile(session_factory, tmp_path_factory, asked):
+    return start_hostile(session_factory, tmp_path_factory, asked)
+
+
+@pytest.fixture()
+def hostile_alone(session_factory, tmp_path_factory, asked):
+    """A session of its own for a test that uses up the journal's budget of protocol events per kind (50), so the
+    protocol errors other tests look for in the journal are there whatever the order."""
+    return start_hostile(session_factory, tmp_path_factory, asked)
 
 
 def journal(box) -> list[dict]:
@@ -347,7 +358,8 @@ print(len(cases))
     assert not any("pl" in json.dumps(o) and "NaN" in json.dumps(o) for c in cells for o in c.outputs)
 
 
-def test_PR7_comm_lifecycle_abuse_is_bounded(hostile) -> None:
+def test_PR7_comm_lifecycle_abuse_is_bounded(hostile_alone) -> None:
+    hostile = hostile_alone
     before = counts(hostile).get("echo", 0)
     result = hostile.execute('''
 from cellgate.kernel.wire import COMM_TARGET
