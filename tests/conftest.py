@@ -1,5 +1,11 @@
-"""Shared fixtures. Sandbox tests use the real gVisor sandbox and never skip:
-without runsc they fail with the fix (`cellgate doctor --fix`)."""
+"""Shared fixtures, helpers and the tiers.
+
+Each folder is a tier and gets its marker here (README, "Run the tests"): ``unit`` (no runsc, no kernel),
+``kernel`` (the kernel as a local subprocess, ``isolation = "none"``), ``gvisor`` (sandbox/ and security/: the
+real gVisor sandbox), ``golden`` (snapshot comparisons) and ``browser``. A test of any tier that uses the
+``runsc`` fixture is ``gvisor`` as well. gVisor tests never skip: without runsc they fail with the fix
+(`cellgate doctor --fix`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ import re
 import secrets
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +30,81 @@ from cellgate.gate.sandbox.container import owner_alive, run_root
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 
-SAMPLE_TOOLS = ROOT / "tests" / "tools" / "sample_tools.py"
+TOOLS = TESTS / "tools"
+SAMPLE_TOOLS = TOOLS / "sample_tools.py"
+COUNTED_TOOLS = TOOLS / "counted.py"
 NORTHWIND = ROOT / "examples" / "northwind"
+SNAPSHOTS = TESTS / "golden" / "snapshots"
+
+# The command line as a user runs it; CLI tests start it as a subprocess of this interpreter (the venv's code).
+CELLGATE = [sys.executable, "-m", "cellgate.gate"]
+
+
+def cellgate(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, stdin: str | None = None,
+             timeout: float = 300, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``cellgate ARGS`` to completion; ``env`` adds to this process's environment."""
+    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          cwd=cwd, input=stdin, timeout=timeout, **kwargs)
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
+    """The command line's ``main`` in this process, for the unit tier (no interpreter start and imports per case):
+    the same arguments, exit code and output as ``cellgate`` run by ``cellgate()`` above."""
+    from cellgate.gate.ops.cli import main
+
+    def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Ran:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code if isinstance(exc.code, int) else 2
+        out = capsys.readouterr()
+        return Ran(code, out.out, out.err)
+
+    return run
+
+
+# Folder -> marker. A test file outside these folders is an error: every test belongs to a tier.
+TIERS = {"unit": "unit", "kernel": "kernel", "sandbox": "gvisor", "security": "gvisor", "golden": "golden",
+         "browser": "browser"}
+
+
+def tier_of(path: Path) -> str:
+    try:
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        folder = ""
+    if folder not in TIERS:
+        raise pytest.UsageError(f"{path} is not in a tier folder; move it under tests/{{{','.join(TIERS)}}}/")
+    return folder
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(TIERS[tier_of(item.path)])
+        if "runsc" in getattr(item, "fixturenames", ()):
+            item.add_marker("gvisor")
+
+
+@pytest.fixture(autouse=True)
+def _gvisor_tests_need_runsc(request: pytest.FixtureRequest) -> None:
+    """A gVisor test fails up front, saying how to get runsc, rather than somewhere inside a session start."""
+    if request.node.get_closest_marker("gvisor") is not None:
+        request.getfixturevalue("runsc")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -33,13 +113,9 @@ def host_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("hostkey")
     folder.chmod(0o700)
     path = folder / "host.key"
-    before = os.environ.get("CELLGATE_HOST_KEY")
-    os.environ["CELLGATE_HOST_KEY"] = str(path)
-    yield path
-    if before is None:
-        os.environ.pop("CELLGATE_HOST_KEY", None)
-    else:
-        os.environ["CELLGATE_HOST_KEY"] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CELLGATE_HOST_KEY", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")
@@ -61,12 +137,23 @@ def approvals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def session_factory(runsc: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """Start sandboxed sessions that are closed when the module ends."""
+def isolation(request: pytest.FixtureRequest) -> str:
+    """The kernel tier runs the kernel as a local subprocess; every other tier in gVisor (and needs runsc)."""
+    if tier_of(request.path) == "kernel":
+        return "none"
+    request.getfixturevalue("runsc")
+    return "gvisor"
+
+
+@pytest.fixture(scope="module")
+def session_factory(isolation: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Start sessions (sandboxed, or local in the kernel tier) that are closed when the module ends."""
     opened: list[BlockingSession] = []
     folder = tmp_path_factory.mktemp("runs")
 
     def start(**options: object) -> BlockingSession:
+        if isolation == "none":
+            options.setdefault("isolation", "none")
         options.setdefault("tools", [SAMPLE_TOOLS])
         options.setdefault("notebook", folder / f"run-{len(opened)}.ipynb")
         options.setdefault("cwd", folder)
@@ -124,7 +211,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
-__all__ = ["ROOT", "SAMPLE_TOOLS", "NORTHWIND", "runsc_sandboxes", "token", "os"]
+__all__ = ["ROOT", "TOOLS", "SAMPLE_TOOLS", "COUNTED_TOOLS", "NORTHWIND", "SNAPSHOTS", "CELLGATE", "cellgate",
+           "runsc_sandboxes", "token", "os"]
 
 
 def free_port() -> int:
@@ -134,13 +222,26 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for_port(port: int, process: subprocess.Popen[Any], what: str, seconds: float = 60) -> None:
-    """Wait until ``process`` accepts connections on ``port``; fail with ``what`` if it exits or takes too long."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, what
-            time.sleep(0.05)
+def serve_on_a_free_port(start: Callable[[int], subprocess.Popen[Any]], log: Path, what: str,
+                         seconds: float = 60, attempts: int = 3) -> tuple[int, subprocess.Popen[Any]]:
+    """Start a server (``start(port)``, writing to ``log``) on a port that was free a moment ago and wait until it
+    accepts connections. Another process can take the port in between: when the log says so, start it again on a
+    fresh port; any other exit, or no listener within ``seconds``, fails naming ``what`` and the log."""
+    for _ in range(attempts):
+        port = free_port()
+        process = start(port)
+        deadline = time.monotonic() + seconds
+        while process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                if time.monotonic() > deadline:
+                    process.kill()
+                    pytest.fail(f"{what}: nothing listens on port {port} after {seconds} s; see {log}")
+                time.sleep(0.05)  # polling for the listener; the process gives no other signal
+                continue
+            if process.poll() is None:
+                return port, process
+        if "address already in use" not in log.read_text(errors="replace").lower():
+            break
+    pytest.fail(f"{what}: it exited with {process.returncode}; {log}:\n{log.read_text(errors='replace')[-2000:]}")

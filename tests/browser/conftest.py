@@ -11,11 +11,12 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, chromium, jupyter_lab
+from conftest import CELLGATE
 
 
 def install_kernelspecs(prefix: Path) -> Path:
     """The ``cellgate`` kernelspec as ``cellgate install --prefix`` does, and ipykernel's ``python3`` beside it."""
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "install", "--prefix", str(prefix)],
+    done = subprocess.run([*CELLGATE, "install", "--prefix", str(prefix)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "installed kernelspec 'cellgate'" in done.stdout, done.stdout + done.stderr
     done = subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix)],

@@ -20,7 +20,6 @@ from typing import Any
 
 import nbformat
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, find, menu_command, open_notebook, output_texts, settled, wait_for

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,15 +23,12 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, find, open_notebook, output_texts, wait_for
 from conftest import SAMPLE_TOOLS
+from conftest import cellgate as run_cellgate
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.browser]
 
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
-
-
 def cellgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env={k: v for k, v in os.environ.items() if k != "CELLGATE_CONFIG"})
+    return run_cellgate(*args, cwd=cwd, env={k: v for k, v in os.environ.items() if k != "CELLGATE_CONFIG"})
 
 
 def differences(old: Any, new: Any, where: str = "") -> Iterator[str]:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from conftest import token
-
-pytestmark = pytest.mark.gvisor
 
 
 def test_concurrent_sessions_are_invisible_to_each_other(session_factory) -> None:

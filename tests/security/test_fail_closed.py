@@ -6,18 +6,16 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cellgate.gate import SessionError
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 
 def test_P1_without_a_usable_runsc_nothing_runs(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "exec", "-", "--notebook",
+    done = subprocess.run([*CELLGATE, "exec", "-", "--notebook",
                            str(tmp_path / "run.ipynb")], input="print('this ran')", capture_output=True, text=True,
                           timeout=120, env={**os.environ, "CELLGATE_RUNSC": str(tmp_path / "no-such-runsc")})
     assert done.returncode == 3, done.stderr

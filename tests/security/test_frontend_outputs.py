@@ -15,7 +15,6 @@ import html
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,7 @@ from cellgate.extensions.anthropic.view import cell_view
 from cellgate.extensions.mcp.serve import cell_text
 from cellgate.gate.config import load_settings
 from cellgate.gate._errors import ConfigError
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 SAFE_TYPES = {"text/plain", "text/html", "text/latex", "application/json", "image/png", "image/jpeg", "image/gif",
               "image/webp"}
@@ -179,7 +177,7 @@ def test_checker_finds_every_payload_unsanitized() -> None:
 
 @pytest.fixture()
 def frontend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Any:
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "install", "--prefix", str(tmp_path / "prefix")],
+    done = subprocess.run([*CELLGATE, "install", "--prefix", str(tmp_path / "prefix")],
                           capture_output=True, text=True, check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
@@ -299,7 +297,7 @@ def check_record(notebook: Path) -> None:
     assert any("application/javascript" in o.get("data", {}) for o in raw)
     assert "comm-blocked" in [r["event"] for r in records]
 
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "verify", str(notebook)],
+    done = subprocess.run([*CELLGATE, "verify", str(notebook)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -323,7 +321,7 @@ def test_trusted_mime_and_comms_pass_only_when_the_operator_says_so(frontend: An
     nb = nbformat.read(notebook, as_version=4)
     assert nb.metadata.cellgate.frontend == {"outputs": "sanitized", "trusted_mime": ["text/html"], "allow_comms": True}
     assert nb.cells[0].outputs[0]["data"]["text/html"] == '<b onclick="x()">trusted</b>'
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "verify", str(notebook)],
+    done = subprocess.run([*CELLGATE, "verify", str(notebook)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 

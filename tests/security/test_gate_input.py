@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 
@@ -79,7 +77,7 @@ decision = "deny"
 
 
 class Asked:
-    """A callback approver that approves only the first request it sees."""
+    """A callback approver that approves only the first request it sees (since a test cleared ``requests``)."""
 
     def __init__(self) -> None:
         self.requests: list = []
@@ -94,14 +92,25 @@ def asked() -> Asked:
     return Asked()
 
 
-@pytest.fixture(scope="module")
-def hostile(session_factory, tmp_path_factory, asked):
+def start_hostile(session_factory, tmp_path_factory, approver):
     folder = tmp_path_factory.mktemp("hostile")
     (folder / "cellgate.toml").write_text(POLICY)
-    box = session_factory(config=folder / "cellgate.toml", tools=[], approver=asked, call_timeout=5.0)
+    box = session_factory(config=folder / "cellgate.toml", tools=[], approver=approver, call_timeout=5.0)
     assert box.execute("print(tools.echo('warm'))").stdout == "warm\n"
     assert box.execute(RAW).ok
     return box
+
+
+@pytest.fixture(scope="module")
+def hostile(session_factory, tmp_path_factory, asked):
+    return start_hostile(session_factory, tmp_path_factory, asked)
+
+
+@pytest.fixture()
+def hostile_alone(session_factory, tmp_path_factory, asked):
+    """A session of its own for a test that uses up the journal's budget of protocol events per kind (50), so the
+    protocol errors other tests look for in the journal are there whatever the order."""
+    return start_hostile(session_factory, tmp_path_factory, asked)
 
 
 def journal(box) -> list[dict]:
@@ -156,6 +165,7 @@ except Exception as e:
 
 
 def test_G3_Y6_approvals_are_bound_to_one_call_and_used_once(hostile, asked: Asked) -> None:
+    asked.requests.clear()  # the module shares the approver: this test counts its own requests, in any order
     first = hostile.execute("print(tools.add(50, 1))")
     assert first.stdout == "51\n" and len(asked.requests) == 1
     # The same call again needs a new approval (the callback now refuses).
@@ -266,7 +276,7 @@ def test_G8_approval_view_shows_control_characters_visibly(tmp_path: Path) -> No
     assert args_digest(args) in shown
     # The queue file and the CLI listing show the same escaped view.
     (tmp_path / "s-1.request.json").write_text(json.dumps(request.__dict__))
-    listed = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "approvals", "list"], capture_output=True,
+    listed = subprocess.run([*CELLGATE, "approvals", "list"], capture_output=True,
                             text=True, env={**os.environ, "CELLGATE_APPROVALS_DIR": str(tmp_path)}).stdout
     assert "\x1b" not in listed and "\u202e" not in listed and "⟨10000 blanks⟩" in listed
 
@@ -348,7 +358,8 @@ print(len(cases))
     assert not any("pl" in json.dumps(o) and "NaN" in json.dumps(o) for c in cells for o in c.outputs)
 
 
-def test_PR7_comm_lifecycle_abuse_is_bounded(hostile) -> None:
+def test_PR7_comm_lifecycle_abuse_is_bounded(hostile_alone) -> None:
+    hostile = hostile_alone
     before = counts(hostile).get("echo", 0)
     result = hostile.execute('''
 from cellgate.kernel.wire import COMM_TARGET

@@ -28,8 +28,6 @@ from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.audit.report import render
 
-pytestmark = pytest.mark.gvisor
-
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 MAX_MESSAGE_MB = 16
 

@@ -21,8 +21,7 @@ import nbformat
 import pytest
 
 from cellgate.gate.sandbox import mounts
-
-pytestmark = pytest.mark.gvisor
+from conftest import cellgate as run_cellgate
 
 TOOLS = '''
 """Tools whose effects the test can see: each run appends a line to a file beside this module."""
@@ -81,8 +80,7 @@ def refunds(folder: Path) -> list[str]:
 
 def cellgate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI; its stdout and stderr with rich's line wrapping undone."""
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **env})
+    done = run_cellgate(*args, env=env)
     done.stdout, done.stderr = " ".join(done.stdout.split()), " ".join(done.stderr.split())
     return done
 

@@ -27,12 +27,10 @@ import pytest
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit.journal import read_journal, record_hash
 from cellgate.gate.audit.recorder import Reducer
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTED = ROOT / "tests" / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 MAX_RSS_MB = 300
 
 
@@ -473,7 +471,7 @@ def _as_javascript_would(value):
 
 def jupyterlab_save(path: Path) -> None:
     """What JupyterLab does to a notebook it opens and autosaves (simulated here; the real-browser test is
-    tests/test_frontends' job): numbers re-serialised, language_info and kernelspec filled in, cell UI
+    tests/sandbox/test_frontends' job): numbers re-serialised, language_info and kernelspec filled in, cell UI
     metadata added, sources as one string, another indentation, no trailing newline."""
     nb = _as_javascript_would(json.loads(path.read_text()))
     nb["metadata"]["language_info"] = {

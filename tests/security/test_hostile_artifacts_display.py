@@ -22,7 +22,6 @@ import os
 import select
 import struct
 import subprocess
-import sys
 import termios
 import time
 from pathlib import Path
@@ -33,20 +32,14 @@ import pytest
 from cellgate.gate.calls.approval import args_digest
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
+from conftest import cellgate
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 TOKEN = "tok-ada-s3cr3t-value"  # what sample_tools.issue_token('ada') marks Secret
 # The operator's credential: the cells build it, so no program text holds it.
 API_KEY = "sk-live-7f3a9c21e4b0"
 BUILD_KEY = "key = 'sk-live-' + '7f3a' + '9c21e4b0'"
-
-
-def cellgate(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
 
 
 def run_in_pty(args: list[str], env: dict[str, str], timeout: float = 300) -> tuple[bytes, int]:

@@ -7,8 +7,6 @@ import json
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.gvisor
-
 
 @pytest.fixture(scope="module")
 def capped(session_factory):
@@ -23,7 +21,7 @@ def test_lone_surrogates_nan_and_a_huge_string_never_break_the_writer(capped) ->
     ]
     for code in cells:
         result = capped.execute(code)
-        assert result.status in ("ok", "error"), result
+        assert result.status == "ok", result  # each cell runs to its end; only what it wrote is in question
     nb = nbformat.read(capped.session.notebook_path, as_version=4)
     nbformat.validate(nb)
     json.loads(capped.session.notebook_path.read_text(encoding="utf-8"))  # strict UTF-8, strict JSON

@@ -5,9 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.gvisor
 
 
 def processes(sandbox_id: str) -> dict[str, int]:

@@ -16,8 +16,6 @@ import pytest
 
 from cellgate.kernel.restricted import check
 
-pytestmark = pytest.mark.gvisor
-
 ROOT = Path(__file__).resolve().parents[2]
 NORTHWIND = ROOT / "examples" / "northwind"
 COUNTED = ROOT / "tests" / "tools" / "counted.py"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
-from pathlib import Path
 
 import pytest
 
@@ -12,25 +10,9 @@ from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls import stubgen
 from conftest import NORTHWIND
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "northwind_tools"
-
 
 def northwind_files() -> dict[str, str]:
     return stubgen.generate(ToolRegistry.from_paths([NORTHWIND / "tools.py"]).manifest())
-
-
-def test_northwind_stubs_match_the_snapshot() -> None:
-    files = northwind_files()
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
-        for name, text in files.items():
-            (SNAPSHOT / name).parent.mkdir(parents=True, exist_ok=True)
-            (SNAPSHOT / name).write_text(text)
-        pytest.fail("wrote tests/snapshots/northwind_tools; review `git diff tests/snapshots`, then rerun without "
-                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the snapshot never passes)")
-    assert sorted(files) == sorted(str(p.relative_to(SNAPSHOT)) for p in SNAPSHOT.rglob("*.py"))
-    for name, text in files.items():
-        assert text == (SNAPSHOT / name).read_text(), (
-            f"{name} drifted from tests/snapshots; review the change, then rerun with CELLGATE_UPDATE_SNAPSHOTS=1")
 
 
 def test_generation_is_deterministic() -> None:

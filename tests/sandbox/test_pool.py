@@ -10,8 +10,6 @@ import pytest
 from cellgate.gate import Pool, PoolExhausted
 from conftest import SAMPLE_TOOLS
 
-pytestmark = pytest.mark.gvisor
-
 
 def test_pool_hands_out_warm_sessions_once_and_caps_them(tmp_path: Path, runsc: object) -> None:
     async def scenario() -> None:

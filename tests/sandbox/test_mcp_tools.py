@@ -17,11 +17,10 @@ from cellgate.gate import ConfigError
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.testing import BlockingSession
-from conftest import free_port, wait_for_port
+from conftest import ROOT, serve_on_a_free_port
+from conftest import CELLGATE
 
-pytestmark = pytest.mark.gvisor
-
-CRM = Path(__file__).parent / "mcp_servers" / "crm_server.py"
+CRM = ROOT / "tests" / "mcp_servers" / "crm_server.py"
 TOKEN = "crm-token-7f3a9c"
 POLICY = """
 [policy]
@@ -112,14 +111,19 @@ def test_a_dying_server_is_restarted_once_then_its_tools_are_unavailable(tmp_pat
 
 @pytest.fixture()
 def http_crm(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
     env = {**os.environ, "CRM_LOG": str(tmp_path / "crm.log"), "CRM_EXPECTED_AUTH": f"Bearer {TOKEN}"}
-    process = subprocess.Popen([sys.executable, str(CRM), "--http", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, process, "the HTTP MCP server did not start", seconds=30)
+    log_path = tmp_path / "crm-server.log"
+    log = log_path.open("w")
+
+    def start(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(CRM), "--http", str(port)], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, text=True)
+
+    port, process = serve_on_a_free_port(start, log_path, "the HTTP MCP server", seconds=30)
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     process.wait(10)
+    log.close()
 
 
 def test_a_streamable_http_server_with_configured_headers(tmp_path: Path, http_crm: str, runsc: object) -> None:
@@ -136,7 +140,7 @@ headers = {{ Authorization = "Bearer {TOKEN}" }}
 
 
 def test_policy_check_shows_the_defaults_from_annotations(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "policy", "check", str(stdio_config(tmp_path))],
+    done = subprocess.run([*CELLGATE, "policy", "check", str(stdio_config(tmp_path))],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in done.stdout.splitlines()

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,11 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from conftest import free_port, wait_for_port
+from conftest import serve_on_a_free_port
 from test_mcp_tools import CRM, POLICY
+from conftest import CELLGATE
 
-pytestmark = pytest.mark.gvisor
-
-SERVE = [sys.executable, "-m", "cellgate.gate.ops.cli", "mcp", "serve"]
+SERVE = [*CELLGATE, "mcp", "serve"]
 
 
 def write_config(tmp_path: Path) -> Path:
@@ -84,16 +82,19 @@ def test_stdio_clients_run_code_that_calls_a_server_behind_and_cannot_see_each_o
 
 @pytest.fixture()
 def http_serve(tmp_path: Path, runsc: object) -> Iterator[str]:
-    port = free_port()
     config = write_config(tmp_path)
-    log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen([*SERVE, "--config", str(config), "--transport", "http", "--port", str(port)],
-                               stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    wait_for_port(port, process, f"cellgate mcp serve did not start; see {tmp_path / 'serve.log'}")
+    log_path = tmp_path / "serve.log"
+    log = log_path.open("w")
+
+    def start(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([*SERVE, "--config", str(config), "--transport", "http", "--port", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, text=True)
+
+    port, process = serve_on_a_free_port(start, log_path, "cellgate mcp serve --transport http")
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     # It stops on SIGTERM by itself (wait raises TimeoutExpired if it hangs), closing its sessions.
-    assert process.wait(60) in (0, -15), (tmp_path / "serve.log").read_text()[-2000:]
+    assert process.wait(60) in (0, -15), log_path.read_text()[-2000:]
     log.close()
 
 
@@ -128,19 +129,25 @@ def test_a_warm_pool_hands_each_client_session_a_sandbox_started_ahead(tmp_path:
     config = write_config(tmp_path)
     config.write_text(config.read_text() + "\n[sandbox]\npool = 1\n")
 
+    def started_journals() -> set[str]:
+        return {p.name for p in (tmp_path / "runs").glob("*.journal.jsonl") if p.read_text().strip()}
+
     async def scenario() -> None:
         async with Client(stdio_server(config)) as client:
             await client.call_tool("search_tools", {"query": ""})
-            asked = datetime.now(timezone.utc)
+            # Before the client asks for a session, the pool's sandbox has begun its journal (no clocks compared:
+            # without a pool, no session exists until the first execute_python and this wait fails).
+            deadline = asyncio.get_running_loop().time() + 120
+            while not (ahead := started_journals()):
+                assert asyncio.get_running_loop().time() < deadline, "no session was started ahead of the client"
+                await asyncio.sleep(0.05)  # polling the run folder; the server gives no other signal
             out, result = await run_code(client, "print(tools.crm.lookup_customer('a@b')['name'])")
             assert out == "Ana Silva\n"
             handle = result.structured_content["session"]
             resource = await client.read_resource(f"cellgate://sessions/{handle}/notebook")
             nb = nbformat.reads(resource.contents[0].text, as_version=4)
             assert nb.metadata.cellgate["pool"] == {"size": 1}
-            journal = tmp_path / "runs" / nb.metadata.cellgate.journal["file"]
-            started = json.loads(journal.read_text().splitlines()[0])["time"]
-            # The sandbox was started before the client asked for it.
-            assert datetime.fromisoformat(started.replace("Z", "+00:00")) < asked
+            # The client got the session that was started before it asked.
+            assert nb.metadata.cellgate.journal["file"] in ahead
 
     asyncio.run(asyncio.wait_for(scenario(), 240))

@@ -10,10 +10,9 @@ import pytest
 
 from cellgate.gate.sandbox import snapshot
 from cellgate.gate.sandbox.container import run_root
+from conftest import ROOT
 
-pytestmark = pytest.mark.gvisor
-
-TOOLS = Path(__file__).resolve().parent / "tools"
+TOOLS = ROOT / "tests" / "tools"
 
 
 def attached(box) -> dict:

@@ -1,133 +1,32 @@
 """The agent loop (`cellgate run`) through the real `anthropic` SDK against the local fake Messages API.
 
 Every program runs in the real gVisor sandbox; the fake API only stands in
-for the model, answering from a script (cellgate.extensions.anthropic.testing).
+for the model, answering from a script (cellgate.gate.testing).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import anthropic
 import nbformat
 import pytest
 
-from cellgate.extensions.anthropic import AgentLoop, AgentRun
-from cellgate.extensions.anthropic.config import AgentSettings
-from cellgate.extensions.anthropic.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
-from cellgate.gate import Session
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
-from cellgate.gate.testing import normalize_notebook
+from cellgate.extensions.anthropic.testing import FakeMessagesAPI, reply, text, tool_use
+from agent_runs import echo_last_result, result_text, results_of, run_agent
+from conftest import CELLGATE, COUNTED_TOOLS, SAMPLE_TOOLS, cellgate
 
-pytestmark = pytest.mark.gvisor
-
-TOOLS = Path(__file__).parent / "tools"
-SAMPLE = TOOLS / "sample_tools.py"
-COUNTED = TOOLS / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
-GOLDEN = Path(__file__).parent / "snapshots" / "agent_code_mode.json"
+SAMPLE = SAMPLE_TOOLS
+COUNTED = COUNTED_TOOLS
 # A 1x1 PNG, for the image path.
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
-
-
-def run_agent(tmp_path: Path, script: list[Any], config: str | None = None, tools: tuple[Path, ...] = (SAMPLE,),
-              **settings: Any) -> tuple[AgentRun, list[dict[str, Any]], Path]:
-    config_path = None
-    if config is not None:
-        config_path = tmp_path / "cellgate.toml"
-        config_path.write_text(config)
-    notebook = tmp_path / "run.ipynb"
-
-    async def go() -> tuple[AgentRun, list[dict[str, Any]]]:
-        with FakeMessagesAPI(script) as api:
-            client = anthropic.AsyncAnthropic(api_key="test-key", base_url=api.url, max_retries=2)
-            async with Session(config=config_path, tools=list(tools), notebook=notebook, cwd=tmp_path) as session:
-                run = await AgentLoop(session, client, AgentSettings(model="claude-test", **settings)).run("the task")
-            return run, api.requests
-
-    run, requests = asyncio.run(go())
-    return run, requests, notebook
-
-
-def results_of(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tool_result blocks the loop sent back in a request."""
-    return [b for b in request["messages"][-1]["content"] if b.get("type") == "tool_result"]
-
-
-def result_text(block: dict[str, Any]) -> str:
-    return "".join(part.get("text", "") for part in block["content"])
-
-
-def echo_last_result(prefix: str) -> Any:
-    def answer(body: dict[str, Any]) -> dict[str, Any]:
-        return reply(text(prefix + " " + result_text(results_of(body)[0]).strip()))
-    return answer
-
-
-def cellgate(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, **kwargs)
-
-
-def test_code_mode_runs_each_program_as_a_cell_and_records_the_turns(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    count = tmp_path / "count"
-    monkeypatch.setenv("CELLGATE_TEST_COUNT_FILE", str(count))
-    program = "rows = tools.ledger(50)\nprint(sum(r['amount'] for r in rows), tools.charge(7))"
-    script = [
-        APIFailure(529),  # overloaded once: the SDK's own retry handles it
-        reply(text("I will total the ledger."), tool_use("execute_python", {"code": program})),
-        echo_last_result("The total and receipt:"),
-    ]
-    run, requests, notebook = run_agent(tmp_path, script, tools=(COUNTED,))
-    assert (run.ended, run.turns, run.requests) == ("end_turn", 2, 2)
-    assert len(requests) == 3  # the failed attempt, then two turns
-    assert [t["name"] for t in requests[1]["tools"]] == ["execute_python"]
-    assert "- tools.charge(amount: int): Charge an amount" in requests[1]["system"]
-    [result] = results_of(requests[2])
-    assert result["is_error"] is False and result_text(result) == "3675 charged 7\n"
-    assert run.final_text == "The total and receipt: 3675 charged 7"
-
-    nb = nbformat.read(notebook, as_version=4)
-    assert [(c.cell_type, c.metadata.cellgate.get("kind")) for c in nb.cells] == [
-        ("markdown", "task"), ("markdown", "model"), ("code", None), ("markdown", "model")]
-    assert nb.cells[1].source == "I will total the ledger."
-    assert nb.cells[2].source == program
-    assert [c["tool"] for c in nb.cells[2].metadata.cellgate.calls] == ["ledger", "charge"]
-    agent = nb.metadata.cellgate.agent
-    assert (agent["model"], agent["mode"], agent["ended"]["reason"]) == ("claude-test", "code", "end_turn")
-    # Per-turn usage is what the API reported (the fake's estimate of each request), summed.
-    reported = [estimate_tokens(body) for body in requests[1:]]
-    assert [t["usage"]["input_tokens"] for t in agent["turns"]] == reported
-    assert agent["usage"]["input_tokens"] == sum(reported) == run.usage["input_tokens"]
-    assert nb.cells[1].metadata.cellgate["usage"]["input_tokens"] == reported[0]
-    # The whole notebook, run-specific values normalized, against the golden one (regenerate with
-    # CELLGATE_UPDATE_SNAPSHOTS=1 and review the diff).
-    normalized = json.dumps(normalize_notebook(nb), indent=1, sort_keys=True) + "\n"
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
-        GOLDEN.write_text(normalized)
-        pytest.fail(f"wrote {GOLDEN.name}; review `git diff tests/snapshots`, then rerun without "
-                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the golden notebook never passes)")
-    assert normalized == GOLDEN.read_text()
-
-    assert cellgate("verify", str(notebook)).returncode == 0
-    shown = cellgate("show", str(notebook), env={"COLUMNS": "200"})
-    assert f"2 turns, ended end_turn; tokens in {sum(reported):,}" in shown.stdout
-    count.write_text("")
-    replayed = cellgate("replay", str(notebook))
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert replayed.stdout.splitlines()[0] == "cell 1: recorded ok, replayed ok"
-    assert "live calls: 0" in replayed.stdout and count.read_text() == ""
 
 
 def test_a_denied_call_and_a_failing_cell_go_back_as_errors_and_the_loop_goes_on(tmp_path: Path) -> None:

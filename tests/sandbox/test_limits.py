@@ -7,8 +7,6 @@ import json
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.gvisor
-
 
 @pytest.fixture(scope="module")
 def limited(session_factory):

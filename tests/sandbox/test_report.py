@@ -7,13 +7,11 @@ import html.parser
 import http.server
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 
 class Attributes(html.parser.HTMLParser):
@@ -71,7 +69,7 @@ def test_report_of_hostile_outputs_is_inert_in_chromium(session_factory, tmp_pat
     for code in payloads(beacon):
         assert box.execute(code).ok
     report = tmp_path / "run.html"
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "report", str(box.session.notebook_path),
+    done = subprocess.run([*CELLGATE, "report", str(box.session.notebook_path),
                            "-o", str(report)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     page = report.read_text()

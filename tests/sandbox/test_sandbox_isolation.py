@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from conftest import token
-
-pytestmark = pytest.mark.gvisor
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -12,14 +11,13 @@ from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
 from conftest import SAMPLE_TOOLS
-
-pytestmark = pytest.mark.gvisor
+from conftest import CELLGATE
 
 
 @pytest.fixture()
 def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Path:
     """The kernelspec installed as `cellgate install --prefix` does, and a cellgate.toml."""
-    done = subprocess.run([sys.executable, "-m", "cellgate.gate.ops.cli", "install", "--prefix", str(tmp_path / "prefix")],
+    done = subprocess.run([*CELLGATE, "install", "--prefix", str(tmp_path / "prefix")],
                           capture_output=True, text=True, check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))

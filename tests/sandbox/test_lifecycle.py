@@ -10,12 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from cellgate.gate.sandbox.container import run_root
 from conftest import ROOT, SAMPLE_TOOLS
-
-pytestmark = pytest.mark.gvisor
 
 
 def processes_of(sandbox_id: str) -> list[str]:

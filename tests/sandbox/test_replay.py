@@ -5,23 +5,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from jupyter_client import BlockingKernelClient
+from conftest import COUNTED_TOOLS as COUNTED
+from conftest import CELLGATE
+from conftest import cellgate as run_cellgate
 
-pytestmark = pytest.mark.gvisor
-
-COUNTED = Path(__file__).parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
 
 
 def cellgate(*args: str, count: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)})
+    return run_cellgate(*args, env={"CELLGATE_TEST_COUNT_FILE": str(count)})
 
 
 @pytest.fixture()

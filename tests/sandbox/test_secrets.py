@@ -11,8 +11,6 @@ import pytest
 
 from conftest import SAMPLE_TOOLS
 
-pytestmark = pytest.mark.gvisor
-
 KEY = "sk-live-0123456789abcdef"
 
 

@@ -4,12 +4,9 @@ and it cannot act through the gate once that cell has ended."""
 from __future__ import annotations
 
 import nbformat
-import pytest
 
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
-
-pytestmark = pytest.mark.gvisor
 
 STARTER = """\
 import threading

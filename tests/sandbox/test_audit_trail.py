@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-COUNTED = Path(__file__).parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate.ops.cli"]
-
-
-def cellgate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+from conftest import COUNTED_TOOLS as COUNTED
+from conftest import cellgate
 
 
 def programs(tmp_path: Path, *sources: str) -> list[str]:

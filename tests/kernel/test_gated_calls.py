@@ -1,4 +1,7 @@
-"""Tool calls from the real sandbox through the gate: results, typed errors, hostile requests."""
+"""Tool calls from the kernel through the gate: results, typed errors, hostile requests.
+
+The kernel tier: the kernel runs as a local subprocess (``isolation = "none"``); every claim here is about the gate,
+which sees the same requests whatever isolates the kernel."""
 
 from __future__ import annotations
 
@@ -7,12 +10,11 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.gvisor
 
-
-def journal(box) -> list[dict]:
+def journal(box, since: int = 0) -> list[dict]:
+    """The session's journal records from index ``since`` on (the module shares one session: a test reads its own)."""
     path = box.session.notebook_path.with_name(box.session.notebook_path.stem + ".journal.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines()][since:]
 
 
 def test_call_returns_result_and_is_recorded(box) -> None:
@@ -84,6 +86,7 @@ def test_large_results_are_stored_by_digest(box) -> None:
 
 
 def test_hostile_requests_get_error_replies_and_journal_entries(box) -> None:
+    since = len(journal(box))
     code = '''
 from cellgate.kernel import runtime
 client = runtime.client()
@@ -124,8 +127,8 @@ for r in results:
         assert line.startswith("ToolValidationError|malformed tool call: "), line
     assert lines[5:7] == ["sent", "sent"]  # no id to answer: journal only
     assert lines[7] == "ok|still fine"
-    rejected = [e for e in journal(box) if e["event"] == "call-rejected"]
-    assert len(rejected) >= 7
+    rejected = [e for e in journal(box, since) if e["event"] == "call-rejected"]
+    assert len(rejected) == 7, rejected  # the five answered and the two that had no id to answer
     assert any("limit 1048576 bytes" in e["reason"] for e in rejected)
     oversize = box.execute("try:\n    tools.echo('x' * (2 << 20))\nexcept tools.ToolValidationError as e:\n    print(e)")
     assert "over the 1048576 byte limit per call" in oversize.stdout
@@ -148,6 +151,7 @@ print(results == [str(i) for i in range(129)], sent)
 
 
 def test_a_hostile_batch_is_refused_whole_or_answered_call_by_call(box) -> None:
+    since = len(journal(box))
     result = box.execute('''
 import uuid
 from concurrent.futures import Future
@@ -174,12 +178,13 @@ except Exception as e:
 ''')
     kept, nested = result.stdout.splitlines()
     assert kept == "kept" and nested.startswith("ToolValidationError malformed tool call: a batch inside a batch")
-    reasons = [e["reason"] for e in journal(box) if e["event"] == "call-rejected"]
+    reasons = [e["reason"] for e in journal(box, since) if e["event"] == "call-rejected"]
     assert "request must be a JSON object, got str" in reasons
     assert "a batch holds 1 to 64 calls, got 65" in reasons
 
 
 def test_calls_outside_a_running_cell_are_refused(box) -> None:
+    since = len(journal(box))
     started = box.execute('''
 import threading
 late = {}
@@ -195,7 +200,7 @@ worker.start()
 ''')
     assert started.ok
     deadline = time.monotonic() + 30
-    while not any(e["event"] == "call-rejected" and e.get("reason") == "no cell is running" for e in journal(box)):
+    while not any(e["event"] == "call-rejected" and e.get("reason") == "no cell is running" for e in journal(box, since)):
         assert time.monotonic() < deadline, "the thread's call after the cell was never refused"
         time.sleep(0.05)  # polling the journal file for the host's event
     # The journal line can land before the refusal reaches the thread: wait for the thread.
