@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+from conftest import SAMPLE_TOOLS
 
 from cellgate.extensions.anthropic import AgentLoop, AgentRun
-from cellgate.gate import Session
 from cellgate.extensions.anthropic.config import AgentSettings
 from cellgate.extensions.anthropic.testing import FakeMessagesAPI, reply, text
-from conftest import SAMPLE_TOOLS
+from cellgate.gate import Session
 
 
 def run_agent(tmp_path: Path, script: list[Any], config: str | None = None, tools: tuple[Path, ...] = (SAMPLE_TOOLS,),

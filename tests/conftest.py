@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.sandbox.container import owner_alive, run_root
+from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent

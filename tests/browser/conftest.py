@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import CELLGATE
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, chromium, jupyter_lab
-from conftest import CELLGATE
 
 
 def install_kernelspecs(prefix: Path) -> Path:

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SAMPLE_TOOLS
+from conftest import cellgate as run_cellgate
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, find, open_notebook, output_texts, wait_for
-from conftest import SAMPLE_TOOLS
-from conftest import cellgate as run_cellgate
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.browser]
 

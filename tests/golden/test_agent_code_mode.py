@@ -9,12 +9,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from agent_runs import echo_last_result, result_text, results_of, run_agent
-from cellgate.extensions.anthropic.testing import APIFailure, estimate_tokens, reply, text, tool_use
-from cellgate.gate.testing import normalize_notebook
 from conftest import COUNTED_TOOLS as COUNTED
 from conftest import SNAPSHOTS, cellgate
+
+from cellgate.extensions.anthropic.testing import APIFailure, estimate_tokens, reply, text, tool_use
+from cellgate.gate.testing import normalize_notebook
 
 GOLDEN = SNAPSHOTS / "agent_code_mode.json"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import NORTHWIND, SNAPSHOTS
 
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.registry import ToolRegistry
-from conftest import NORTHWIND, SNAPSHOTS
 
 SNAPSHOT = SNAPSHOTS / "northwind_tools"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-
 from conftest import cellgate
+
 
 def test_isolation_none_is_explicit_and_recorded(tmp_path: Path) -> None:
     program = tmp_path / "p.py"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from cellgate.gate.audit.journal import read_journal
-from cellgate.gate.audit.recorder import journal_path
-from cellgate.extensions.anthropic.testing import FakeMessagesAPI, reply, text, tool_use
 from agent_runs import echo_last_result, result_text, results_of, run_agent
 from conftest import CELLGATE, COUNTED_TOOLS, SAMPLE_TOOLS, cellgate
+
+from cellgate.extensions.anthropic.testing import FakeMessagesAPI, reply, text, tool_use
+from cellgate.gate.audit.journal import read_journal
+from cellgate.gate.audit.recorder import journal_path
 
 SAMPLE = SAMPLE_TOOLS
 COUNTED = COUNTED_TOOLS

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from conftest import COUNTED_TOOLS as COUNTED
 from conftest import cellgate
 

@@ -12,7 +12,6 @@ import os
 import random
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import anthropic
 import nbformat
 import pytest
+from conftest import CELLGATE
 
 from cellgate.extensions.anthropic import AgentLoop
 from cellgate.extensions.anthropic.config import AgentSettings
@@ -31,7 +31,6 @@ from cellgate.gate.sandbox.runsc import find
 pytestmark = pytest.mark.gvisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate"]
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 

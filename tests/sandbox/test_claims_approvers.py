@@ -7,7 +7,6 @@ import concurrent.futures
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from typing import Any
 import nbformat
 import pexpect
 import pytest
+from conftest import CELLGATE
 
 from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.runsc import find
@@ -25,7 +25,6 @@ from cellgate.gate.testing import BlockingSession
 pytestmark = pytest.mark.gvisor
 
 COUNTED = Path(__file__).resolve().parent.parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate"]
 PROGRAM = """print(tools.charge(11))
 try:
     tools.charge(22)

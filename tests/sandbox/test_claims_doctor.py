@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CELLGATE
 
 from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.container import reap_leftovers
@@ -27,7 +28,6 @@ from cellgate.gate.testing import BlockingSession
 pytestmark = pytest.mark.gvisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate"]
 HOST = """
 import asyncio, sys
 from cellgate.gate.session.session import Session

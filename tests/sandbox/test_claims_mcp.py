@@ -14,6 +14,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from conftest import CELLGATE
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.gvisor
 
 BAD_SERVER = Path(__file__).resolve().parent.parent / "mcp_servers" / "bad_output_server.py"
 MARKER = "INVALID-RESULT-7c41"  # bad_output_server.MARKER: in every string of the invalid result
-SERVE = [sys.executable, "-m", "cellgate.gate", "mcp", "serve"]
+SERVE = [*CELLGATE, "mcp", "serve"]
 
 
 @pytest.fixture(scope="module")

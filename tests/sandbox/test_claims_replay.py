@@ -8,12 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from conftest import CELLGATE
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
@@ -22,7 +22,6 @@ from cellgate.gate.sandbox.runsc import find
 pytestmark = pytest.mark.gvisor
 
 COUNTED = Path(__file__).resolve().parent.parent / "tools" / "counted.py"
-CELLGATE = [sys.executable, "-m", "cellgate.gate"]
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
 POLICY = f"""
 [tools]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-
 from conftest import NORTHWIND, cellgate
 
 run = cellgate

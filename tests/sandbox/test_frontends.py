@@ -7,11 +7,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import CELLGATE, SAMPLE_TOOLS
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
-
-from conftest import SAMPLE_TOOLS
-from conftest import CELLGATE
 
 
 @pytest.fixture()

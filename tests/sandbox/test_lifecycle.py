@@ -10,9 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
+from conftest import ROOT, SAMPLE_TOOLS
 
 from cellgate.gate.sandbox.container import run_root
-from conftest import ROOT, SAMPLE_TOOLS
 
 
 def processes_of(sandbox_id: str) -> list[str]:

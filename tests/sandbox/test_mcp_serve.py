@@ -14,12 +14,10 @@ from typing import Any
 
 import nbformat
 import pytest
+from conftest import CELLGATE, serve_on_a_free_port
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
-from conftest import serve_on_a_free_port
 from test_mcp_tools import CRM, POLICY
-from conftest import CELLGATE
 
 SERVE = [*CELLGATE, "mcp", "serve"]
 

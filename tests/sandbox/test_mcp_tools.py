@@ -11,14 +11,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import CELLGATE, ROOT, serve_on_a_free_port
 
 from cellgate.extensions.mcp.names import python_names
 from cellgate.gate import ConfigError
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.testing import BlockingSession
-from conftest import ROOT, serve_on_a_free_port
-from conftest import CELLGATE
 
 CRM = ROOT / "tests" / "mcp_servers" / "crm_server.py"
 TOKEN = "crm-token-7f3a9c"

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from conftest import SAMPLE_TOOLS
-from conftest import cellgate
+from conftest import SAMPLE_TOOLS, cellgate
 
 POLICY = f'''
 [tools]

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_TOOLS
 
 from cellgate.gate import Pool, PoolExhausted
-from conftest import SAMPLE_TOOLS
 
 
 def test_pool_hands_out_warm_sessions_once_and_caps_them(tmp_path: Path, runsc: object) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_client import BlockingKernelClient
-from conftest import COUNTED_TOOLS as COUNTED
 from conftest import CELLGATE
+from conftest import COUNTED_TOOLS as COUNTED
 from conftest import cellgate as run_cellgate
+from jupyter_client import BlockingKernelClient
 
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLE_TOOLS
 
 KEY = "sk-live-0123456789abcdef"

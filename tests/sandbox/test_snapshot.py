@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from cellgate.gate.sandbox import snapshot
 from cellgate.gate.sandbox.container import run_root
-from conftest import ROOT
 
 TOOLS = ROOT / "tests" / "tools"
 

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CELLGATE
 
 from cellgate.gate import SessionError
-from conftest import CELLGATE
 
 
 def test_P1_without_a_usable_runsc_nothing_runs(tmp_path: Path) -> None:

@@ -22,14 +22,14 @@ from typing import Any
 import html5lib
 import nbformat
 import pytest
+from conftest import CELLGATE
 from jupyter_client import KernelManager
 from jupyter_client.session import Session
 
 from cellgate.extensions.anthropic.view import cell_view
 from cellgate.extensions.mcp.serve import cell_text
-from cellgate.gate.config import load_settings
 from cellgate.gate._errors import ConfigError
-from conftest import CELLGATE
+from cellgate.gate.config import load_settings
 
 SAFE_TYPES = {"text/plain", "text/html", "text/latex", "application/json", "image/png", "image/jpeg", "image/gif",
               "image/webp"}

@@ -20,13 +20,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cellgate.gate.calls.approval import ApprovalRequest, describe_request
-from cellgate.gate.audit.show import show
-from cellgate.gate.audit.verify import verify
-from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
-from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.audit.recorder import journal_path
 from cellgate.gate.audit.report import render
+from cellgate.gate.audit.show import show
+from cellgate.gate.audit.verify import verify
+from cellgate.gate.calls.approval import ApprovalRequest, describe_request
+from cellgate.gate.calls.dispatch import CallRecord
+from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 MAX_MESSAGE_MB = 16

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import cellgate as run_cellgate
 
 from cellgate.gate.sandbox import mounts
-from conftest import cellgate as run_cellgate
 
 TOOLS = '''
 """Tools whose effects the test can see: each run appends a line to a file beside this module."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import CELLGATE
 
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit.journal import read_journal, record_hash
 from cellgate.gate.audit.recorder import Reducer
-from conftest import CELLGATE
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTED = ROOT / "tests" / "tools" / "counted.py"

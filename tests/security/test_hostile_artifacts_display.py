@@ -28,12 +28,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import CELLGATE, cellgate
 
-from cellgate.gate.calls.approval import args_digest
 from cellgate.gate.audit.journal import read_journal
 from cellgate.gate.audit.recorder import journal_path
-from conftest import CELLGATE
-from conftest import cellgate
+from cellgate.gate.calls.approval import args_digest
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 TOKEN = "tok-ada-s3cr3t-value"  # what sample_tools.issue_token('ada') marks Secret

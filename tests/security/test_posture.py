@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 
-
 def processes(sandbox_id: str) -> dict[str, int]:
     """pid of the runsc-sandbox and runsc-gofer processes of one sandbox."""
     found = {}

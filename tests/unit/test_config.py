@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate.config import find_config, load_settings
 from cellgate.gate._errors import ConfigError
+from cellgate.gate.config import find_config, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import NORTHWIND, cellgate
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.policy import decision_table
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.config import load_settings
-from conftest import NORTHWIND, cellgate
 
 
 def check(path: Path) -> subprocess.CompletedProcess[str]:

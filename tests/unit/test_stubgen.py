@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 
 import pytest
-
-from cellgate.gate.calls.registry import ToolRegistry
-from cellgate.gate.calls import stubgen
 from conftest import NORTHWIND
+
+from cellgate.gate.calls import stubgen
+from cellgate.gate.calls.registry import ToolRegistry
 
 
 def northwind_files() -> dict[str, str]:
