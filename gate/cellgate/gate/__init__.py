@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate._model import StrictModel
     from cellgate.gate._terminal import clean as clean_for_terminal
     from cellgate.gate._terminal import reveal as reveal_for_terminal
+    from cellgate.gate.audit.cells import CellRecord
+    from cellgate.gate.audit.events import Run as JournalEventRun
+    from cellgate.gate.audit.recorder import Recorder
     from cellgate.gate.calls.dispatch import Secret
     from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
@@ -43,13 +46,16 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
+    "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
     "CellgateError": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
+    "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
     "Pool": "cellgate.gate.session.pool",
     "PoolExhausted": "cellgate.gate._errors",
     "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
+    "Recorder": "cellgate.gate.audit.recorder",
     "SandboxError": "cellgate.gate._errors",
     "SandboxUnavailable": "cellgate.gate._errors",
     "Secret": "cellgate.gate.calls.dispatch",
@@ -73,8 +79,8 @@ _FACE = {
 }
 
 __all__ = [
-    "CellResult", "CellgateError", "ConfigError", "KernelDied", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES",
-    "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
+    "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
+    "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
     "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
     "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
 ]

@@ -22,6 +22,7 @@ import anthropic
 
 from cellgate.gate import Session
 
+from . import events
 from .config import AgentSettings
 from .prompt import EXECUTE_PYTHON, api_name, direct_definitions, split_tools, system_prompt
 from .view import cell_view, trim
@@ -86,7 +87,7 @@ class AgentLoop:
     async def run(self, task: str, stop: asyncio.Event | None = None) -> AgentRun:
         stop = stop or asyncio.Event()
         recorder = self.session.recorder
-        recorder.agent_started(task, self.settings.model, self.settings.mode)
+        events.agent_started(recorder, task, self.settings.model, self.settings.mode)
         messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
         run = AgentRun(ended="max_turns", turns=0)
         try:
@@ -101,7 +102,7 @@ class AgentLoop:
                     run.usage[key] = run.usage.get(key, 0) + value
                 said = "\n\n".join(b.text for b in response.content if b.type == "text")
                 run.final_text = said or run.final_text
-                recorder.model_turn(turn, response.model, said, usage, response.stop_reason)
+                events.model_turn(recorder, turn, response.model, said, usage, response.stop_reason)
                 messages.append({"role": "assistant", "content": [_as_param(b) for b in response.content]})
                 uses = [b for b in response.content if b.type == "tool_use"]
                 if not uses:
@@ -118,7 +119,7 @@ class AgentLoop:
             run.ended, run.detail = "interrupted", "stopped by the operator (Ctrl-C)"
         except anthropic.APIError as exc:
             run.ended, run.detail = "api_error", f"{type(exc).__name__}: {exc}"[:1000]
-        recorder.agent_ended(run.ended, run.turns, run.detail)
+        events.agent_ended(recorder, run.ended, run.turns, run.detail)
         return run
 
     async def _until(self, work: Awaitable[T], stop: asyncio.Event,

@@ -87,7 +87,7 @@ def open_confined(folder: Path, name: object, what: str) -> int:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink, or a symlink or file where a folder must be
                     reason = "is a symlink or not a folder; names are never followed out of the run's folder"
                 else:
-                    reason = exc.strerror
+                    reason = exc.strerror or str(exc)
                 raise ArtifactError(f"{what} {name!r}: {at} in {folder} {reason}") from None
             os.close(current)
             current = nxt

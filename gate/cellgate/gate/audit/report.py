@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
-from pygments.formatters import HtmlFormatter
+from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]  # no stubs installed
 
 from cellgate.gate._json import write_atomically
 from cellgate.gate.audit.show import claims_text, load_notebook
@@ -86,8 +86,11 @@ def _calls_table(cell: Any, index: int) -> str:
 
 
 def _timeline(cells: list[Any]) -> str:
-    spans = [(_time(c.metadata.cellgate.get("started")), _time(c.metadata.cellgate.get("ended")), c) for c in cells]
-    spans = [(s, e, c) for s, e, c in spans if s is not None and e is not None]
+    spans: list[tuple[float, float, Any]] = []
+    for cell in cells:
+        start, end = _time(cell.metadata.cellgate.get("started")), _time(cell.metadata.cellgate.get("ended"))
+        if start is not None and end is not None:
+            spans.append((start, end, cell))
     if not spans:
         return ""
     first, last = min(s for s, _, _ in spans), max(e for _, e, _ in spans)

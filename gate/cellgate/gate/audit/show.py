@@ -100,7 +100,8 @@ def show(path: Path, console: Console | None = None) -> int:
     table = Table(show_lines=False)
     for column in ("#", "status", "duration", "calls", "program (first line)"):
         table.add_column(column)
-    failed, decisions, total_calls = 0, {}, 0
+    failed, total_calls = 0, 0
+    decisions: dict[str, int] = {}
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     for index, cell in enumerate(code_cells, start=1):
         cg = _dict(cell.metadata.get("cellgate"))

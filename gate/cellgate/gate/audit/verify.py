@@ -7,14 +7,17 @@ Checked, in order, and every problem reported with its place:
    chain from the first record, and every record's MAC under this host's key
    (the key the run names must be this host's: "signed with key X; this
    host's key is Y");
-2. the notebook's recorded position is a record of that journal, and no
-   record follows it (a notebook rendered from a prefix of its journal, or a
-   run whose host stopped, fails: "run `cellgate recover`"), and the journal
-   ends as a run ends (``session-ended`` or ``recovered``), so a journal cut
-   short at a record boundary does not pass for a whole run;
+2. the notebook's recorded position is a record of that journal (a journal
+   whose tail was cut off is named with its missing records and the cells the
+   notebook shows beyond its end), and no record follows it (a notebook
+   rendered from a prefix of its journal, or a run whose host stopped, fails:
+   "run `cellgate recover`"), and the journal ends as a run ends
+   (``session-ended`` or ``recovered``), so a journal cut short at a record
+   boundary does not pass for a whole run;
 3. the notebook's content equals the one the journal renders, compared under
    ``canonical`` (what frontends do on save is tolerated; any change to a
-   source, output, call, decision or metadata field is not);
+   source, output, call, decision or metadata field is not; a cell added or
+   deleted is named);
 4. every result blob the journal names is the run's own, a regular file of
    the recorded size and sha256.
 """
@@ -29,9 +32,9 @@ from typing import Any
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
-from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata
-from cellgate.gate.audit.journal import read_journal
-from cellgate.gate.audit.recorder import Reducer
+from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata, canonical_source
+from cellgate.gate.audit.journal import JournalRead, read_journal
+from cellgate.gate.audit.reducer import Reducer
 from cellgate.gate.audit.show import journal_of, load_notebook
 
 ENDINGS = ("session-ended", "recovered")
@@ -53,20 +56,47 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _compare(expected: Any, nb: Any) -> list[str]:
-    if not _same(canonical_metadata(expected), canonical_metadata(nb)):
+def _label(cell: Any) -> str:
+    source = canonical_source(cell.get("source", ""))
+    first = str(source).strip().splitlines()[0] if str(source).strip() else ""
+    return f"({cell.get('cell_type')}, {first[:60]!r})"
+
+
+def _cell_difference(want: Any, have: Any) -> str | None:
+    """The first part in which a notebook cell differs from the journal's, or None."""
+    want_parts, have_parts = canonical_cell(want), canonical_cell(have)
+    for part in ("cell_type", "source", "outputs", "execution_count", "cellgate"):
+        if not _same(want_parts[part], have_parts[part]):
+            if part == "cellgate":
+                calls = (want_parts[part] or {}).get("calls"), (have_parts[part] or {}).get("calls")
+                return "calls" if not _same(*calls) else "metadata.cellgate"
+            return part
+    return None
+
+
+def _count_difference(expected: list[Any], cells: list[Any]) -> str:
+    """Which cell was added to or deleted from the notebook, when the rest is the journal's."""
+    count = f"the notebook has {len(cells)} cells, the journal {len(expected)}"
+    first = next((i for i, (want, have) in enumerate(zip(expected, cells)) if _cell_difference(want, have)),
+                 min(len(expected), len(cells)))
+    if len(cells) < len(expected) and all(_cell_difference(w, h) is None
+                                          for w, h in zip(expected[first + 1:], cells[first:])):
+        return f"{count}: cell {first + 1} of the journal {_label(expected[first])} is missing from the notebook"
+    if len(cells) > len(expected) and all(_cell_difference(w, h) is None
+                                          for w, h in zip(expected[first:], cells[first + 1:])):
+        return f"{count}: the notebook's cell {first + 1} {_label(cells[first])} is not in the journal"
+    return f"{count}; they differ from cell {first + 1} on"
+
+
+def _compare(expected: Any, nb: Any, metadata: bool = True) -> list[str]:
+    if metadata and not _same(canonical_metadata(expected), canonical_metadata(nb)):
         return ["the notebook's metadata.cellgate differs from the journal"]
     if len(expected.cells) != len(nb.cells):
-        return [f"the notebook has {len(nb.cells)} cells, the journal {len(expected.cells)}"]
+        return [_count_difference(expected.cells, nb.cells)]
     for index, (want, have) in enumerate(zip(expected.cells, nb.cells), start=1):
-        want_parts, have_parts = canonical_cell(want), canonical_cell(have)
-        for part in ("cell_type", "source", "outputs", "execution_count", "cellgate"):
-            if not _same(want_parts[part], have_parts[part]):
-                what = part
-                if part == "cellgate":
-                    calls = (want_parts[part] or {}).get("calls"), (have_parts[part] or {}).get("calls")
-                    what = "calls" if not _same(*calls) else "metadata.cellgate"
-                return [f"cell {index} differs from the journal in its {what}"]
+        what = _cell_difference(want, have)
+        if what is not None:
+            return [f"cell {index} differs from the journal in its {what}"]
     return []
 
 
@@ -79,7 +109,7 @@ def _check_blobs(folder: Path, journal_file: str, records: list[dict[str, Any]],
         call = record.get("call") if record.get("event") == "call-finished" else None
         if not isinstance(call, dict) or "result_blob" not in call:
             continue
-        cell = cells.get(record.get("msg_id"))
+        cell = cells.get(str(record.get("msg_id")))
         where = f"call #{call.get('seq')} ({call.get('tool')})" + (f" of cell {cell}" if cell else "")
         try:
             blob_text(folder, journal_file, call, where)
@@ -87,6 +117,23 @@ def _check_blobs(folder: Path, journal_file: str, records: list[dict[str, Any]],
             problems.append(str(exc))
         checked += 1
     return checked, problems
+
+
+def _cut_short(result: Verification, nb: Any, found: JournalRead, seq: int, journal_file: str) -> Verification:
+    """The notebook names a record past the journal's end: the journal lost its tail. Which cells lost theirs?"""
+    records = found.records
+    last, missing = records[-1], seq - len(records)
+    torn = " (the record after it was cut short mid-write)" if found.torn_tail else ""
+    gone = f"records {len(records) + 1} to {seq} are" if missing > 1 else f"record {seq} is"
+    result.problems.append(
+        f"the notebook names journal record {seq}, but the journal ends at record {last['seq']} ({last['event']})"
+        f"{torn}: {gone} missing; the journal was cut short or replaced")
+    reducer = Reducer()
+    for record in records:
+        reducer.apply(record)
+    result.problems += [f"{problem} (as far as the journal goes)"
+                        for problem in _compare(reducer.notebook(journal_file), nb, metadata=False)]
+    return result
 
 
 def check_run(path: Path) -> Verification:
@@ -105,6 +152,8 @@ def check_run(path: Path) -> Verification:
     result.records = len(records)
     head = nb.metadata.cellgate.get("journal") or {}
     seq, digest = head.get("seq"), head.get("hash")
+    if isinstance(seq, int) and seq > len(records) >= 1:
+        return _cut_short(result, nb, found, seq, journal_file)
     if not (isinstance(seq, int) and 1 <= seq <= len(records) and records[seq - 1]["hash"] == digest):
         return Verification([f"the notebook names journal record {seq} with hash {str(digest)[:16]}…, which the "
                              "journal does not have: the notebook or the journal was replaced"])

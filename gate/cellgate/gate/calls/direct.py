@@ -32,7 +32,8 @@ class DirectLog(CallLog, Protocol):
 
     def output(self, cell: Any, output: dict[str, Any]) -> None: ...
 
-    def cell_ended(self, cell: Any, status: str, limits_hit: list[str], error: dict[str, str] | None) -> None: ...
+    def cell_ended(self, cell: Any, status: Literal["ok", "error"], limits_hit: list[str],
+                   error: dict[str, str] | None) -> None: ...
 
 
 @dataclass(frozen=True)

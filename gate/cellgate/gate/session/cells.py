@@ -17,8 +17,9 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls.asking import NoClock
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
@@ -204,7 +205,7 @@ class CellQueue:
             self.kernel.kill_soon()
 
     # ------------------------------------------------------ ends
-    def fail_all(self, status: str, reason: str) -> None:
+    def fail_all(self, status: CellStatus, reason: str) -> None:
         """End every queued cell because the kernel is gone; tell frontends."""
         while self._queue:
             head = self._queue[0]
@@ -213,7 +214,7 @@ class CellQueue:
                                           frontend_replies.killed(reason, head.record.execution_count)))
             self.finish_head(forced_status=status)
 
-    def finish_head(self, forced_status: str | None = None) -> None:
+    def finish_head(self, forced_status: CellStatus | None = None) -> None:
         head = self._queue.popleft()
         if head.clock is not None:
             head.clock.stop()
@@ -237,13 +238,13 @@ class CellQueue:
             self.recorder.cell_ended(record, status, head.end.limits, head.end.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting
             self.events.failure(exc)
-            record.status = record.status or status  # type: ignore[assignment]
+            record.status = record.status or status
         self.results.future(record.msg_id).set_result(record)
         if self._queue:
             self.start_head()
 
     @staticmethod
-    def _status(head: CellRun) -> str:
+    def _status(head: CellRun) -> CellStatus | Literal["aborted"]:
         end = head.end
         if end.reply_status == "aborted":
             return "aborted"

@@ -19,6 +19,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
+from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.sandbox.container import Sandbox
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.oom import OomWatch
@@ -50,7 +51,7 @@ class KernelWatch:
         self.stopping = False
         self._killed_by_host: Sandbox | None = None
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
-        self._kill_status: dict[str, tuple[str, str]] = {}
+        self._kill_status: dict[str, tuple[CellStatus, str]] = {}
         self._oom: OomWatch | None = None
 
     def attached(self, sandbox: Sandbox, control: zmq.asyncio.Socket, iopub: zmq.asyncio.Socket) -> None:

@@ -1,0 +1,141 @@
+"""Journal records applied to cells: the one way a notebook's content is made.
+
+The live ``Recorder`` feeds each record it writes to its own reducer, and
+``cellgate recover`` and ``cellgate verify`` feed a whole journal to a fresh
+one, so the notebook of a run and the one rebuilt from its journal are the
+same. Events an extension writes are shown by the renderer it registered
+(``cellgate.gate.audit.events``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import nbformat
+from nbformat import NotebookNode
+
+from cellgate.gate.audit import events, render
+from cellgate.gate.audit.cells import CellRecord
+from cellgate.gate.audit.sanitize import sanitize_output
+
+# The core's events that change a cell; any other event may have a registered renderer.
+CELL_EVENTS = frozenset({"cell-started", "output", "execute-input", "call-started", "call-finished", "cell-ended",
+                         "refusals-coalesced", "refusals-dropped", "late-output", "cell-aborted"})
+
+
+def restart_note(record: dict[str, Any]) -> str:
+    """What a reader of the notebook is told when the kernel was restarted under the session."""
+    gone = record.get("variables_gone")
+    why = {"memory": "after the sandbox reached its memory limit",
+           "message-size": "after it sent a message over the host's size limit"}.get(str(record.get("reason")), "")
+    if gone is None:
+        lost = "Every variable is gone (the names were not known)."
+    elif gone:
+        lost = "These variables are gone: " + ", ".join(f"`{name}`" for name in gone) + "."
+    else:
+        lost = "No variables were defined."
+    return f"**The kernel was restarted {why}.** {lost}".replace(" .", ".")
+
+
+class Reducer:
+    """Builds cells from journal records."""
+
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.sections: dict[str, Any] = {}  # kept by registered event renderers, shown in metadata.cellgate
+        self.cells: list[CellRecord] = []
+        self.by_id: dict[str, CellRecord] = {}
+        self._serials = itertools.count(1)
+        self.head: dict[str, Any] | None = None
+        self.trusted_mime: tuple[str, ...] = ()  # [frontend] trusted_mime of the run, from its metadata
+
+    def _new_cell(self, msg_id: str, source: str, time: str, **fields: Any) -> CellRecord:
+        cell = CellRecord(msg_id=msg_id, source=source, started=time, serial=next(self._serials), **fields)
+        self.cells.append(cell)
+        self.by_id[cell.msg_id] = cell
+        return cell
+
+    def markdown_cell(self, cell_id: str, source: str, time: str, extra: dict[str, Any]) -> CellRecord:
+        """A markdown cell, shown at once (for ``events.Run``)."""
+        return self._new_cell(cell_id, source, time, kind="markdown", status="ok", extra=extra)
+
+    def apply(self, record: dict[str, Any]) -> CellRecord | None:
+        self.head = {"seq": record["seq"], "hash": record["hash"]}
+        event = record["event"]
+        if event == "session-started":
+            self.metadata = dict(record["metadata"])
+            frontend = self.metadata.get("frontend")
+            trusted = frontend.get("trusted_mime") if isinstance(frontend, dict) else None
+            self.trusted_mime = tuple(str(t) for t in trusted) if isinstance(trusted, list) else ()
+            return None
+        if event == "recovered":
+            self.crash_ending()
+            return None
+        if event == "kernel-restarted":
+            return self.markdown_cell(f"restart-{record['seq']}", restart_note(record), record["time"],
+                                      {"kind": "kernel-restarted", "reason": record.get("reason"),
+                                       "variables_gone": record.get("variables_gone")})
+        if event == "cell-sent":
+            return self._new_cell(record["msg_id"], record["source"], record["time"],
+                                  silent=bool(record.get("silent")), kind=record.get("kind", "code"))
+        if event not in CELL_EVENTS:
+            extension = events.renderer(event)
+            if extension is not None:
+                return extension(self, record)
+        cell = self.by_id.get(str(record.get("msg_id")))
+        if cell is None:
+            return None
+        cell.version += 1
+        self._apply_to_cell(cell, event, record)
+        return cell
+
+    def _apply_to_cell(self, cell: CellRecord, event: str, record: dict[str, Any]) -> None:
+        if event == "cell-started":
+            cell.started = record["time"]
+        elif event == "output":  # the journal keeps the kernel's output; cells hold what a frontend may see
+            cell.add_output(sanitize_output(record["output"], self.trusted_mime))
+        elif event == "execute-input":
+            cell.execution_count = record["execution_count"]
+        elif event == "call-started":
+            cell.pending_calls[record["call"]["seq"]] = dict(record["call"], outcome="started")
+        elif event == "call-finished":
+            cell.pending_calls.pop(record["call"]["seq"], None)
+            cell.calls.append(record["call"])
+        elif event == "cell-ended":
+            cell.status = record["status"]
+            cell.ended = record["time"]
+            cell.execution_count = record.get("execution_count", cell.execution_count)
+            cell.limits_hit = list(record.get("limits_hit") or [])
+            cell.error = record.get("error")
+            cell.journal = {"seq": record["seq"], "hash": record["hash"]}
+        elif event == "refusals-coalesced":  # identical refusals, recorded once with their count
+            cell.calls = [dict(c, repeated=record["repeated"]) if c.get("seq") == record["call_seq"] else c
+                          for c in cell.calls]
+        elif event == "refusals-dropped":
+            cell.refusals_dropped = {k: record.get(k) for k in ("count", "first_tool", "last_tool", "budget")}
+        elif event == "late-output":
+            cell.late_outputs.append(nbformat.from_dict(sanitize_output(record["output"], self.trusted_mime)))
+        elif event == "cell-aborted":
+            self.cells.remove(cell)
+
+    def crash_ending(self) -> None:
+        """After a crash: a cell that never ended was killed; a call that never finished is unknown."""
+        for cell in self.cells:
+            for call in cell.pending_calls.values():
+                call.update(outcome="needs-reconciliation", ok=False, error={
+                    "kind": "unknown",
+                    "message": "the host stopped after this call started and before its outcome was recorded; "
+                               "it may or may not have taken effect: reconcile it before retrying"})
+                cell.calls.append(call)
+            cell.pending_calls.clear()
+            if cell.status is None:
+                cell.status = "killed"
+                cell.limits_hit.append("host-died")
+
+    def notebook(self, journal_name: str) -> NotebookNode:
+        """The notebook of the cells so far (see ``render``)."""
+        return render.notebook(self, journal_name)
+
+
+__all__ = ["CELL_EVENTS", "Reducer", "restart_note"]

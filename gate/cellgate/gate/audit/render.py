@@ -1,0 +1,106 @@
+"""The audit notebook rendered from a run's cells (nbformat v4).
+
+Cells are built directly, not with ``new_code_cell``, which validates the
+cell against the schema on every rendering; the outputs were validated when
+captured, and the whole notebook is validated when the session closes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4 import new_markdown_cell, new_notebook
+from nbformat.v4 import writes as nbjson_writes
+from nbformat.v4.rwbase import split_lines
+
+from cellgate.gate._json import sha256_hex
+from cellgate.gate.audit.cells import CellRecord
+from cellgate.gate.audit.journal import json_safe
+
+if TYPE_CHECKING:
+    from cellgate.gate.audit.reducer import Reducer
+
+
+def cell_node(cell: CellRecord) -> NotebookNode:
+    """One cell as the notebook shows it; its id is its position in the run, so a rendering never differs."""
+    if cell.kind == "markdown":
+        markdown: NotebookNode = new_markdown_cell(source=cell.source)
+        markdown.id = f"cell-{cell.serial}"
+        markdown.metadata["cellgate"] = {"kind": "model", **cell.extra}
+        return markdown
+    node: NotebookNode = nbformat.from_dict({
+        "id": f"cell-{cell.serial}", "cell_type": "code", "metadata": {}, "execution_count": cell.execution_count,
+        "source": cell.source, "outputs": [nbformat.from_dict(o) for o in cell.outputs]})
+    meta: dict[str, Any] = {
+        "sha256": sha256_hex(cell.source),
+        "started": cell.started,
+        "ended": cell.ended,
+        "status": cell.status,
+        "limits_hit": list(cell.limits_hit),
+        "calls": sorted([*cell.calls, *cell.pending_calls.values()], key=lambda c: c["seq"]),
+    }
+    if cell.error:
+        meta["error"] = cell.error
+    if cell.journal:
+        meta["journal"] = cell.journal
+    if cell.silent:
+        meta["silent"] = True
+    if cell.kind == "direct":
+        meta["kind"] = "direct"
+    if cell.refusals_dropped:
+        meta["refusals_dropped"] = dict(cell.refusals_dropped)
+    if cell.late_outputs:  # never merged into the outputs: flagged as what the cell's work printed after it
+        meta["late_outputs"] = [dict(o) for o in cell.late_outputs]
+    node.metadata["cellgate"] = meta
+    return node
+
+
+def notebook_metadata(run: Reducer, journal_name: str) -> dict[str, Any]:
+    return {
+        "kernelspec": {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"},
+        "language_info": {"name": "python"},
+        "cellgate": {**json_safe(run.metadata), **json_safe(run.sections),
+                     "journal": {"file": journal_name, **(run.head or {})}},
+    }
+
+
+def notebook(run: Reducer, journal_name: str) -> NotebookNode:
+    """The notebook of the run's ended cells (a cell still running is not shown)."""
+    nb: NotebookNode = new_notebook(metadata=notebook_metadata(run, journal_name))
+    nb.cells = [cell_node(c) for c in run.cells if c.status is not None]
+    return nb
+
+
+class NotebookText:
+    """The notebook as nbformat JSON, reusing each ended cell's text while it is unchanged.
+
+    Rewriting after every cell then costs a join of cached strings, not a
+    re-serialisation of the whole run, so the per-cell cost stays flat. The
+    envelope is nbformat's own writing of the notebook without its cells.
+    """
+
+    def __init__(self) -> None:
+        self._cells: dict[int, tuple[int, str]] = {}  # serial -> (version, text)
+
+    def _cell_text(self, cell: CellRecord) -> str:
+        cached = self._cells.get(cell.serial)
+        if cached is None or cached[0] != cell.version:
+            node = split_lines(nbformat.from_dict({"cells": [cell_node(cell)]})).cells[0]
+            cached = self._cells[cell.serial] = (cell.version, json.dumps(node, sort_keys=True, indent=1,
+                                                                         ensure_ascii=False))
+        return cached[1]
+
+    def render(self, run: Reducer, journal_name: str) -> str:
+        parts = [self._cell_text(cell) for cell in run.cells if cell.status is not None]
+        envelope: str = nbjson_writes(new_notebook(metadata=notebook_metadata(run, journal_name)))
+        empty = '{\n "cells": [],\n'
+        assert envelope.startswith(empty), envelope[:40]  # sorted keys: "cells" comes first
+        if parts:
+            envelope = '{\n "cells": [\n' + ",\n".join(parts) + "\n ],\n" + envelope[len(empty):]
+        return envelope + "\n"
+
+
+__all__ = ["NotebookText", "cell_node", "notebook", "notebook_metadata"]
