@@ -13,16 +13,19 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.container import owner_alive, run_root
@@ -245,3 +248,34 @@ def serve_on_a_free_port(start: Callable[[int], subprocess.Popen[Any]], log: Pat
         if "address already in use" not in log.read_text(errors="replace").lower():
             break
     pytest.fail(f"{what}: it exited with {process.returncode}; {log}:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+@contextmanager
+def interactive_replay(replay: subprocess.Popen[str]) -> Iterator[Callable[[str], tuple[dict[str, Any], str]]]:
+    """Run cells in the kernel `cellgate replay --interactive` offers (through the connection file it prints):
+    ``run(code)`` gives the reply's content and the cell's stream text. The replay is then stopped with Ctrl-C
+    and must exit 0."""
+    assert replay.stdout is not None
+    connection_file = None
+    for line in replay.stdout:
+        if "jupyter console --existing" in line:
+            connection_file = line.split("--existing", 1)[1].strip()
+            break
+    assert connection_file and Path(connection_file).is_file()
+    client = BlockingKernelClient(connection_file=connection_file)
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+
+        def run(code: str) -> tuple[dict[str, Any], str]:
+            text: list[str] = []
+            reply = client.execute_interactive(code, timeout=60, output_hook=lambda message: text.append(
+                message["content"]["text"]) if message["msg_type"] == "stream" else None)
+            return reply["content"], "".join(text)
+
+        yield run
+    finally:
+        client.stop_channels()
+    replay.send_signal(signal.SIGINT)
+    assert replay.wait(60) == 0

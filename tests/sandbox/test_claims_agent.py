@@ -25,21 +25,12 @@ from cellgate.extensions.anthropic import AgentLoop
 from cellgate.extensions.anthropic.config import AgentSettings
 from cellgate.extensions.anthropic.testing import APIFailure, FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 from cellgate.gate import Session
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
 
 pytestmark = pytest.mark.gvisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
-
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
 
 
 def noise_png(side: int) -> bytes:
@@ -63,7 +54,7 @@ def cli_run(tmp_path: Path, api: FakeMessagesAPI, *args: str) -> subprocess.Comp
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
 
 
-def test_api_errors_past_the_sdk_retries_end_the_run_as_api_error(tmp_path: Path, gvisor: object) -> None:
+def test_api_errors_past_the_sdk_retries_end_the_run_as_api_error(tmp_path: Path, runsc: object) -> None:
     # One good turn, then the API fails on every attempt the SDK makes (its first try and 2 retries).
     script: list[Any] = [reply(tool_use("execute_python", {"code": "print(6 * 7)"})),
                          APIFailure(529), APIFailure(529), APIFailure(529),
@@ -91,7 +82,7 @@ def test_api_errors_past_the_sdk_retries_end_the_run_as_api_error(tmp_path: Path
     assert "ended api_error" in shown.stdout, shown.stdout
 
 
-def test_verbose_prints_the_prompt_and_tool_definitions_size_in_tokens(tmp_path: Path, gvisor: object) -> None:
+def test_verbose_prints_the_prompt_and_tool_definitions_size_in_tokens(tmp_path: Path, runsc: object) -> None:
     with FakeMessagesAPI([reply(text("done"))]) as api:
         done = cli_run(tmp_path, api, "--verbose")
         requests = api.requests
@@ -108,7 +99,7 @@ def test_verbose_prints_the_prompt_and_tool_definitions_size_in_tokens(tmp_path:
 
 
 def test_an_image_over_image_limit_kb_goes_to_the_model_as_a_note_not_an_image(tmp_path: Path,
-                                                                               gvisor: object) -> None:
+                                                                               runsc: object) -> None:
     big = noise_png(64)  # ~4 KB, over a 2 KB limit; the 1x1 pixel is under it
     assert len(big) > 2048
     program = ("import base64\nfrom IPython.display import Image, display\n"

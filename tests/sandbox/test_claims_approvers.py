@@ -18,8 +18,6 @@ import pexpect
 import pytest
 from conftest import CELLGATE
 
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor
@@ -32,13 +30,6 @@ except tools.ToolDenied as exc:
     print("denied:", type(exc).__name__)
 """
 
-
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
 
 
 def write_config(folder: Path, approver: str) -> Path:
@@ -64,7 +55,7 @@ def recorded_calls(notebook: Path) -> list[dict[str, Any]]:
     return [call for cell in nb.cells if cell.cell_type == "code" for call in cell.metadata.cellgate.calls]
 
 
-def test_prompt_asks_on_the_terminal_and_acts_on_each_answer(tmp_path: Path, gvisor: object) -> None:
+def test_prompt_asks_on_the_terminal_and_acts_on_each_answer(tmp_path: Path, runsc: object) -> None:
     config = write_config(tmp_path, "prompt")
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
@@ -97,7 +88,7 @@ def test_prompt_asks_on_the_terminal_and_acts_on_each_answer(tmp_path: Path, gvi
     assert [c["approval"]["approver"] for c in calls] == ["prompt", "prompt"]
 
 
-def test_allow_approves_without_asking(tmp_path: Path, gvisor: object) -> None:
+def test_allow_approves_without_asking(tmp_path: Path, runsc: object) -> None:
     config = write_config(tmp_path, "allow")
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
@@ -116,7 +107,7 @@ def test_allow_approves_without_asking(tmp_path: Path, gvisor: object) -> None:
 # ---------------------------------------------------------------- the queue, answered twice
 
 @pytest.fixture()
-def queued(tmp_path: Path, gvisor: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[BlockingSession, Path]]:
+def queued(tmp_path: Path, runsc: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[BlockingSession, Path]]:
     approvals = tmp_path / "approvals"
     monkeypatch.setenv("CELLGATE_APPROVALS_DIR", str(approvals))
     monkeypatch.setenv("CELLGATE_TEST_COUNT_FILE", str(tmp_path / "count"))

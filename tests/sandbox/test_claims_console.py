@@ -15,9 +15,6 @@ import nbformat
 import pytest
 from conftest import CELLGATE
 
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
-
 pytestmark = pytest.mark.gvisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
@@ -26,17 +23,10 @@ CELLS = ["import os",
          "tools.explode('no')"]
 
 
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
-
 
 @pytest.fixture(scope="module")
 def console_run(tmp_path_factory: pytest.TempPathFactory,
-                gvisor: object) -> tuple[subprocess.CompletedProcess[str], Path]:
+                runsc: object) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One `jupyter console --kernel cellgate` run of CELLS; its output and its audit notebook."""
     tmp_path = tmp_path_factory.mktemp("console")
     prefix = tmp_path / "prefix"

@@ -20,9 +20,7 @@ from typing import Any
 import pytest
 from conftest import CELLGATE
 
-from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.container import reap_leftovers
-from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor
@@ -41,16 +39,9 @@ asyncio.run(main())
 """
 
 
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
-
 
 @pytest.fixture()
-def own_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gvisor: object) -> Iterator[Path]:
+def own_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Iterator[Path]:
     root = tmp_path / "run"
     monkeypatch.setenv("CELLGATE_RUN_ROOT", str(root))
     monkeypatch.setenv("CELLGATE_APPROVALS_DIR", str(tmp_path / "approvals"))

@@ -18,8 +18,6 @@ from conftest import CELLGATE
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor
@@ -28,13 +26,6 @@ BAD_SERVER = Path(__file__).resolve().parent.parent / "mcp_servers" / "bad_outpu
 MARKER = "INVALID-RESULT-7c41"  # bad_output_server.MARKER: in every string of the invalid result
 SERVE = [*CELLGATE, "mcp", "serve"]
 
-
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
 
 
 def bad_server_config(folder: Path, extra: str = "") -> Path:
@@ -66,7 +57,7 @@ def call_invalid(tmp_path: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def test_a_result_failing_its_output_schema_is_an_error_in_the_cell_and_never_data(tmp_path: Path,
-                                                                                   gvisor: object) -> None:
+                                                                                   runsc: object) -> None:
     bad, call = call_invalid(tmp_path)
     assert bad.status == "error"
     assert bad.stdout == "got: None\n"  # nothing was returned to the program
@@ -76,7 +67,7 @@ def test_a_result_failing_its_output_schema_is_an_error_in_the_cell_and_never_da
     assert call["tool"] == "bad.lookup" and call["ok"] is False and call.get("result") is None, call
 
 
-def test_nothing_of_an_invalid_result_reaches_the_cell_even_in_the_error(tmp_path: Path, gvisor: object) -> None:
+def test_nothing_of_an_invalid_result_reaches_the_cell_even_in_the_error(tmp_path: Path, runsc: object) -> None:
     bad, call = call_invalid(tmp_path)
     assert bad.status == "error" and bad.error["ename"] == "ToolError"
     assert MARKER not in json.dumps(bad.error) + bad.stdout + json.dumps(call), bad.error["evalue"]
@@ -121,7 +112,7 @@ async def start_one(client: Client, run_root: Path) -> tuple[str, str, float]:
 
 
 def test_a_session_unused_past_the_idle_timeout_is_closed_and_its_handle_fails(tmp_path: Path,
-                                                                               gvisor: object) -> None:
+                                                                               runsc: object) -> None:
     run_root = tmp_path / "run"
 
     async def scenario() -> None:
@@ -137,7 +128,7 @@ def test_a_session_unused_past_the_idle_timeout_is_closed_and_its_handle_fails(t
     asyncio.run(asyncio.wait_for(scenario(), 300))
 
 
-def test_an_idle_session_s_sandbox_is_gone_without_any_further_call(tmp_path: Path, gvisor: object) -> None:
+def test_an_idle_session_s_sandbox_is_gone_without_any_further_call(tmp_path: Path, runsc: object) -> None:
     run_root = tmp_path / "run"
 
     async def scenario() -> None:

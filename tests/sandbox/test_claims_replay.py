@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from conftest import CELLGATE
-from jupyter_client import BlockingKernelClient
-
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
+from conftest import CELLGATE, interactive_replay
 
 pytestmark = pytest.mark.gvisor
 
@@ -39,13 +34,6 @@ decision = "deny"
 """
 
 
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
-
 
 def cellgate(*args: str, count: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
@@ -57,7 +45,7 @@ def charges(count: Path) -> list[str]:
 
 
 @pytest.fixture()
-def recorded(tmp_path: Path, gvisor: object) -> tuple[Path, Path, Path]:
+def recorded(tmp_path: Path, runsc: object) -> tuple[Path, Path, Path]:
     """A recorded run whose third cell fails (charging 300 on the way), and an operator's config in another folder
     (a cellgate.toml beside the recording would be ignored)."""
     count = tmp_path / "count"
@@ -115,35 +103,15 @@ def test_cells_run_in_an_interactive_replay_are_gated_and_recorded(recorded: tup
                            str(config), "--notebook", str(output)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, cwd=operator,
                           env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}) as replay:
-        assert replay.stdout is not None
-        connection_file = None
-        for line in replay.stdout:
-            if "jupyter console --existing" in line:
-                connection_file = line.split("--existing", 1)[1].strip()
-                break
-        assert connection_file and Path(connection_file).is_file()
-        client = BlockingKernelClient(connection_file=connection_file)
-        client.load_connection_file()
-        client.start_channels()
-        try:
-            client.wait_for_ready(timeout=60)
-            seen: list[str] = []
-
-            def hook(message: dict[str, Any]) -> None:
-                if message["msg_type"] == "stream":
-                    seen.append(message["content"]["text"])
-            allowed = client.execute_interactive("print(tools.charge(7))", timeout=60, output_hook=hook)
-            assert allowed["content"]["status"] == "ok" and seen == ["charged 7\n"], (allowed["content"], seen)
-            refused = client.execute_interactive("tools.charge(5000)", timeout=60)
-            assert refused["content"]["status"] == "error" and refused["content"]["ename"] == "ToolDenied"
-            assert "big charges are refused" in refused["content"]["evalue"], refused["content"]["evalue"]
+        with interactive_replay(replay) as run:
+            allowed, out = run("print(tools.charge(7))")
+            assert allowed["status"] == "ok" and out == "charged 7\n", (allowed, out)
+            refused, _ = run("tools.charge(5000)")
+            assert refused["status"] == "error" and refused["ename"] == "ToolDenied"
+            assert "big charges are refused" in refused["evalue"], refused["evalue"]
             # A tool that is not live is still answered only from the recording: a new call is refused.
-            diverged = client.execute_interactive("tools.ledger(5)", timeout=60)
-            assert diverged["content"]["status"] == "error" and diverged["content"]["ename"] == "ReplayDivergence"
-        finally:
-            client.stop_channels()
-        replay.send_signal(signal.SIGINT)
-        assert replay.wait(60) == 0
+            diverged, _ = run("tools.ledger(5)")
+            assert diverged["status"] == "error" and diverged["ename"] == "ReplayDivergence"
     assert charges(count) == ["300", "7"]  # cell 2 replayed live, then the allowed fix; never 5000 or ledger
     nb = nbformat.read(output, as_version=4)
     assert [c.source for c in nb.cells][-3:] == ["print(tools.charge(7))", "tools.charge(5000)", "tools.ledger(5)"]

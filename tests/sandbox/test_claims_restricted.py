@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 from cellgate.kernel.restricted import DEFAULT_IMPORTS
 
@@ -19,13 +17,6 @@ SAMPLE = Path(__file__).resolve().parent.parent / "tools" / "sample_tools.py"
 PROGRAM = ("import string\nfrom string import ascii_lowercase\n"
            "print(string.capwords('ada lovelace'), ascii_lowercase[:3])")
 
-
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
 
 
 def restricted_session(folder: Path, allowed: list[str]) -> BlockingSession:
@@ -37,7 +28,7 @@ def restricted_session(folder: Path, allowed: list[str]) -> BlockingSession:
 
 
 def test_a_module_outside_the_default_set_is_refused_until_listed_in_allowed_imports(tmp_path: Path,
-                                                                                     gvisor: object) -> None:
+                                                                                     runsc: object) -> None:
     assert "string" not in DEFAULT_IMPORTS and "zlib" not in DEFAULT_IMPORTS
     with restricted_session(tmp_path / "default", []) as box:
         refused = box.execute(PROGRAM)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate._errors import CellgateError, SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
+from cellgate.gate._errors import CellgateError
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor
@@ -21,16 +20,9 @@ pytestmark = pytest.mark.gvisor
 SECRET = "host-canary-5d1e"
 
 
-@pytest.fixture(scope="module")
-def gvisor() -> object:
-    try:
-        return find()
-    except SandboxUnavailable as exc:
-        pytest.fail(f"gVisor is required for this test and is not usable: {exc}")
-
 
 @pytest.fixture()
-def bounded_folder(tmp_path: Path, gvisor: object) -> Iterator[Path]:
+def bounded_folder(tmp_path: Path, runsc: object) -> Iterator[Path]:
     """A host folder on its own 16 MB tmpfs, as the README tells operators to give it."""
     folder = tmp_path / "ws"
     folder.mkdir()

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import CELLGATE, interactive_replay
 from conftest import COUNTED_TOOLS as COUNTED
 from conftest import cellgate as run_cellgate
-from jupyter_client import BlockingKernelClient
 
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))", "print(rows[0]['customer'])"]
 
@@ -77,29 +75,12 @@ def test_interactive_replay_leaves_a_kernel_to_fix_the_failed_cell(recorded) -> 
     output = notebook.with_name("interactive.ipynb")
     with subprocess.Popen([*CELLGATE, "replay", str(notebook), "--interactive", "--notebook", str(output)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}) as replay:
-        connection_file = None
-        for line in replay.stdout:
-            if "jupyter console --existing" in line:
-                connection_file = line.split("--existing", 1)[1].strip()
-                break
-        assert connection_file and Path(connection_file).is_file()
-        client = BlockingKernelClient(connection_file=connection_file)
-        client.load_connection_file()
-        client.start_channels()
-        try:
-            client.wait_for_ready(timeout=60)
-            seen: list[str] = []
-            hook = lambda m: seen.append(m["content"]["text"]) if m["msg_type"] == "stream" else None  # noqa: E731
-            reply = client.execute_interactive("print(len(rows), receipt)", timeout=60, output_hook=hook)
-            assert reply["content"]["status"] == "ok" and seen == ["300 charged 300\n"]
-            reply = client.execute_interactive("print(rows[0]['amount'] + rows[1]['amount'])", timeout=60,
-                                               output_hook=hook)
-            assert reply["content"]["status"] == "ok" and seen[-1] == "3\n"
-        finally:
-            client.stop_channels()
-        replay.send_signal(signal.SIGINT)
-        assert replay.wait(60) == 0
+                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}) as replay, \
+            interactive_replay(replay) as run:
+        content, out = run("print(len(rows), receipt)")
+        assert content["status"] == "ok" and out == "300 charged 300\n", (content, out)
+        content, out = run("print(rows[0]['amount'] + rows[1]['amount'])")
+        assert content["status"] == "ok" and out == "3\n", (content, out)
     nb = nbformat.read(output, as_version=4)
     assert [c.source for c in nb.cells][-2:] == ["print(len(rows), receipt)",
                                                   "print(rows[0]['amount'] + rows[1]['amount'])"]
