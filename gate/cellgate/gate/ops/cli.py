@@ -184,14 +184,8 @@ def _add_approvals(sub: Any) -> None:
         answer.add_argument("--reason", default="")
 
     def run(a: argparse.Namespace) -> int:
-        from cellgate.gate.calls.approval import (
-            answer,
-            describe_full,
-            describe_request,
-            pending_request,
-            pending_requests,
-            request_from,
-        )
+        from cellgate.gate.calls.approval import describe_full, describe_request
+        from cellgate.gate.calls.approval_queue import answer, pending_request, pending_requests, request_from
 
         console = Console(highlight=False)
         if a.action == "list":
@@ -228,7 +222,7 @@ def _add_audit(sub: Any) -> None:
         if not journal.exists() and not journal.is_symlink():  # anything else: refused with its kind when read
             raise ConfigError(f"journal {a.journal!r} does not exist; pass the .journal.jsonl file of the run")
         target, nb, notes = rebuild(journal, Path(a.output) if a.output else None)
-        from cellgate.gate.calls.approval import withdraw_orphans
+        from cellgate.gate.calls.approval_queue import withdraw_orphans
 
         for request_id in withdraw_orphans():  # a crashed session's requests must not be approvable later
             say(err, ("note:", "yellow"), f" withdrew approval request {request_id}: the session that asked is gone")

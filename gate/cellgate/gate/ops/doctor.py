@@ -70,7 +70,7 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
         images = run_root() / "images"
         dropped = prune(images, 0) if images.is_dir() else 0
         _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
-        from cellgate.gate.calls.approval import approvals_dir, withdraw_orphans
+        from cellgate.gate.calls.approval_queue import approvals_dir, withdraw_orphans
 
         withdrawn = withdraw_orphans()
         _ok("clean", f"withdrew {len(withdrawn)} approval request(s) left by sessions that are gone, in "
