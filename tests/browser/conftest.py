@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from browser.lab import Lab, chromium, jupyter_lab
@@ -16,8 +16,7 @@ from browser.lab import Lab, chromium, jupyter_lab
 
 def install_kernelspecs(prefix: Path) -> Path:
     """The ``cellgate`` kernelspec as ``cellgate install --prefix`` does, and ipykernel's ``python3`` beside it."""
-    done = subprocess.run([*CELLGATE, "install", "--prefix", str(prefix)],
-                          capture_output=True, text=True, timeout=120)
+    done = cellgate("install", "--prefix", str(prefix), timeout=120)
     assert done.returncode == 0 and "installed kernelspec 'cellgate'" in done.stdout, done.stdout + done.stderr
     done = subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix)],
                           capture_output=True, text=True, timeout=120)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import random
 import struct
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any
 import anthropic
 import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 from cellgate.extensions.anthropic import AgentLoop
 from cellgate.extensions.anthropic.config import AgentSettings
@@ -48,10 +47,9 @@ def results_of(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def cli_run(tmp_path: Path, api: FakeMessagesAPI, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.url}
-    return subprocess.run([*CELLGATE, "run", "the task", "--tools", str(SAMPLE), "--notebook",
-                           str(tmp_path / "run.ipynb"), "--model", "claude-test", *args],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    return cellgate("run", "the task", "--tools", str(SAMPLE), "--notebook", str(tmp_path / "run.ipynb"),
+                    "--model", "claude-test", *args, cwd=tmp_path, timeout=300,
+                    env={"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.url})
 
 
 def test_api_errors_past_the_sdk_retries_end_the_run_as_api_error(tmp_path: Path, runsc: object) -> None:
@@ -77,8 +75,7 @@ def test_api_errors_past_the_sdk_retries_end_the_run_as_api_error(tmp_path: Path
     assert agent["ended"]["reason"] == "api_error" and "overloaded_error" in agent["ended"]["detail"]
     code = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
     assert [c.source for c in code] == ["print(6 * 7)"]  # the work done before the failure is kept
-    shown = subprocess.run([*CELLGATE, "show", str(notebook)], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "COLUMNS": "200"})
+    shown = cellgate("show", str(notebook), timeout=120, env={"COLUMNS": "200"})
     assert "ended api_error" in shown.stdout, shown.stdout
 
 

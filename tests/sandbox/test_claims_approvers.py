@@ -16,7 +16,7 @@ from typing import Any
 import nbformat
 import pexpect
 import pytest
-from conftest import CELLGATE
+from conftest import CELLGATE, cellgate
 
 from cellgate.gate.testing import BlockingSession
 
@@ -94,9 +94,9 @@ def test_allow_approves_without_asking(tmp_path: Path, runsc: object) -> None:
     program.write_text(PROGRAM)
     count, notebook = tmp_path / "count", tmp_path / "run.ipynb"
     # No terminal at all: an approver that asked would fail here rather than allow.
-    done = subprocess.run([*CELLGATE, "exec", str(program), "--config", str(config), "--notebook", str(notebook)],
-                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, cwd=tmp_path,
-                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}, start_new_session=True)
+    done = cellgate("exec", str(program), "--config", str(config), "--notebook", str(notebook), timeout=240,
+                    stdin="", cwd=tmp_path, env={"CELLGATE_TEST_COUNT_FILE": str(count)},
+                    start_new_session=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "charged 11\n", done.stdout
     assert charges(count) == ["11", "22"]
@@ -117,10 +117,6 @@ def queued(tmp_path: Path, runsc: object, monkeypatch: pytest.MonkeyPatch) -> It
         yield box, approvals
     finally:
         box.close()
-
-
-def cellgate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=120)
 
 
 def wait_for(condition: Callable[[], Any], what: str, seconds: float) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 pytestmark = pytest.mark.gvisor
 
@@ -30,8 +30,7 @@ def console_run(tmp_path_factory: pytest.TempPathFactory,
     """One `jupyter console --kernel cellgate` run of CELLS; its output and its audit notebook."""
     tmp_path = tmp_path_factory.mktemp("console")
     prefix = tmp_path / "prefix"
-    installed = subprocess.run([*CELLGATE, "install", "--prefix", str(prefix)],
-                               capture_output=True, text=True, timeout=120)
+    installed = cellgate("install", "--prefix", str(prefix), timeout=120)
     assert "installed kernelspec 'cellgate'" in installed.stdout, installed.stdout + installed.stderr
     config = tmp_path / "cellgate.toml"
     config.write_text(f'[tools]\nmodules = [{json.dumps(str(SAMPLE))}]\n[audit]\ndir = "audit"\n'
@@ -64,6 +63,5 @@ def test_jupyter_console_runs_cells_in_the_sandbox_through_the_gate(
 def test_the_audit_record_of_a_console_session_is_complete_after_it_exits(
         console_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     _, notebook = console_run
-    verified = subprocess.run([*CELLGATE, "verify", str(notebook)], capture_output=True,
-                              text=True, timeout=120)
+    verified = cellgate("verify", str(notebook), timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 from cellgate.gate.sandbox.container import reap_leftovers
 from cellgate.gate.testing import BlockingSession
@@ -97,8 +97,7 @@ def test_doctor_clean_removes_a_crashed_session_s_sandbox_and_leaves_live_ones(t
             host.wait(30)
             assert crashed in sandboxes(own_root) and processes_naming(crashed), "nothing was left to clean"
 
-            done = subprocess.run([*CELLGATE, "doctor", "--clean"], capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, "COLUMNS": "300"})
+            done = cellgate("doctor", "--clean", timeout=600, env={"COLUMNS": "300"})
             said = " ".join(done.stdout.split())
             assert done.returncode == 0, done.stdout + done.stderr
             assert f"removed 1 leftover sandbox(es) from {own_root}: {crashed}" in said, said

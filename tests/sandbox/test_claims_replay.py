@@ -13,6 +13,7 @@ from typing import Any
 import nbformat
 import pytest
 from conftest import CELLGATE, interactive_replay
+from conftest import cellgate as run_cellgate
 
 pytestmark = pytest.mark.gvisor
 
@@ -36,8 +37,7 @@ decision = "deny"
 
 
 def cellgate(*args: str, count: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "CELLGATE_TEST_COUNT_FILE": str(count)}, **kwargs)
+    return run_cellgate(*args, timeout=300, env={"CELLGATE_TEST_COUNT_FILE": str(count)}, **kwargs)
 
 
 def charges(count: Path) -> list[str]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import CELLGATE, SAMPLE_TOOLS
+from conftest import SAMPLE_TOOLS, cellgate
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
@@ -15,8 +14,7 @@ from nbclient import NotebookClient
 @pytest.fixture()
 def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Path:
     """The kernelspec installed as `cellgate install --prefix` does, and a cellgate.toml."""
-    done = subprocess.run([*CELLGATE, "install", "--prefix", str(tmp_path / "prefix")],
-                          capture_output=True, text=True, check=True)
+    done = cellgate("install", "--prefix", str(tmp_path / "prefix"), check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
     config = tmp_path / "cellgate.toml"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import CELLGATE, ROOT, serve_on_a_free_port
+from conftest import ROOT, cellgate, serve_on_a_free_port
 
 from cellgate.extensions.mcp.names import python_names
 from cellgate.gate import ConfigError
@@ -139,8 +139,7 @@ headers = {{ Authorization = "Bearer {TOKEN}" }}
 
 
 def test_policy_check_shows_the_defaults_from_annotations(tmp_path: Path) -> None:
-    done = subprocess.run([*CELLGATE, "policy", "check", str(stdio_config(tmp_path))],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    done = cellgate("policy", "check", str(stdio_config(tmp_path)), timeout=120, env={"COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in done.stdout.splitlines()
             if line.startswith("│")}

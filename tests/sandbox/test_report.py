@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 
 class Attributes(html.parser.HTMLParser):
@@ -69,8 +69,7 @@ def test_report_of_hostile_outputs_is_inert_in_chromium(session_factory, tmp_pat
     for code in payloads(beacon):
         assert box.execute(code).ok
     report = tmp_path / "run.html"
-    done = subprocess.run([*CELLGATE, "report", str(box.session.notebook_path),
-                           "-o", str(report)], capture_output=True, text=True, timeout=120)
+    done = cellgate("report", str(box.session.notebook_path), "-o", str(report), timeout=120)
     assert done.returncode == 0, done.stderr
     page = report.read_text()
     assert "Content-Security-Policy" in page and "<script" not in page.replace("&lt;script", "")

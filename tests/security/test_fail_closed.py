@@ -3,21 +3,19 @@ cannot be written stops the gate)."""
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 from cellgate.gate import SessionError
 
 
 def test_P1_without_a_usable_runsc_nothing_runs(tmp_path: Path) -> None:
-    done = subprocess.run([*CELLGATE, "exec", "-", "--notebook",
-                           str(tmp_path / "run.ipynb")], input="print('this ran')", capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "CELLGATE_RUNSC": str(tmp_path / "no-such-runsc")})
+    done = cellgate("exec", "-", "--notebook", str(tmp_path / "run.ipynb"), stdin="print('this ran')", timeout=120,
+                    env={"CELLGATE_RUNSC": str(tmp_path / "no-such-runsc")})
     assert done.returncode == 3, done.stderr
     assert "this ran" not in done.stdout and "runsc" in done.stderr
 

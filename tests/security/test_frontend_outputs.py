@@ -14,7 +14,6 @@ import base64
 import html
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import html5lib
 import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 from jupyter_client import KernelManager
 from jupyter_client.session import Session
 
@@ -177,8 +176,7 @@ def test_checker_finds_every_payload_unsanitized() -> None:
 
 @pytest.fixture()
 def frontend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Any:
-    done = subprocess.run([*CELLGATE, "install", "--prefix", str(tmp_path / "prefix")],
-                          capture_output=True, text=True, check=True)
+    done = cellgate("install", "--prefix", str(tmp_path / "prefix"), check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
     config = tmp_path / "cellgate.toml"
@@ -297,8 +295,7 @@ def check_record(notebook: Path) -> None:
     assert any("application/javascript" in o.get("data", {}) for o in raw)
     assert "comm-blocked" in [r["event"] for r in records]
 
-    done = subprocess.run([*CELLGATE, "verify", str(notebook)],
-                          capture_output=True, text=True)
+    done = cellgate("verify", str(notebook))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -321,8 +318,7 @@ def test_trusted_mime_and_comms_pass_only_when_the_operator_says_so(frontend: An
     nb = nbformat.read(notebook, as_version=4)
     assert nb.metadata.cellgate.frontend == {"outputs": "sanitized", "trusted_mime": ["text/html"], "allow_comms": True}
     assert nb.cells[0].outputs[0]["data"]["text/html"] == '<b onclick="x()">trusted</b>'
-    done = subprocess.run([*CELLGATE, "verify", str(notebook)],
-                          capture_output=True, text=True)
+    done = cellgate("verify", str(notebook))
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -8,14 +8,12 @@ error or a dropped message, a journal entry, and a gate that keeps serving.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import cellgate
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 
@@ -276,8 +274,7 @@ def test_G8_approval_view_shows_control_characters_visibly(tmp_path: Path) -> No
     assert args_digest(args) in shown
     # The queue file and the CLI listing show the same escaped view.
     (tmp_path / "s-1.request.json").write_text(json.dumps(request.__dict__))
-    listed = subprocess.run([*CELLGATE, "approvals", "list"], capture_output=True,
-                            text=True, env={**os.environ, "CELLGATE_APPROVALS_DIR": str(tmp_path)}).stdout
+    listed = cellgate("approvals", "list", env={"CELLGATE_APPROVALS_DIR": str(tmp_path)}).stdout
     assert "\x1b" not in listed and "\u202e" not in listed and "⟨10000 blanks⟩" in listed
 
 
