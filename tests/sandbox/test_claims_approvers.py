@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import Any
 import nbformat
 import pexpect
 import pytest
-from conftest import CELLGATE, cellgate
+from conftest import cellgate
 
 from cellgate.gate.testing import BlockingSession
 
