@@ -15,7 +15,7 @@ from typing import Any
 import nbformat
 import pexpect
 import pytest
-from conftest import cellgate
+from conftest import CELLGATE, cellgate
 
 from cellgate.gate.testing import BlockingSession
 
