@@ -232,15 +232,22 @@ class GVisorProvisioner(LocalProvisioner):
 
     def _end(self, restart: bool) -> None:
         started = self._started
-        if started is not None and self.sandbox is not None:
-            started.service.detach("restart" if restart else "shutdown")
-        if self.sandbox is not None:
-            self.sandbox.delete()
-            self.sandbox = None
-        if not restart and started is not None:
-            self._started = None
-            atexit.unregister(self._end_at_exit)
+        try:
+            if started is not None and self.sandbox is not None:
+                started.service.detach("restart" if restart else "shutdown")
+        finally:  # whatever the relay did, the sandbox goes and the record ends
+            if self.sandbox is not None:
+                self.sandbox.delete()
+                self.sandbox = None
+            if not restart and started is not None:
+                self._end_record(started)
+
+    def _end_record(self, started: Started) -> None:
+        self._started = None
+        atexit.unregister(self._end_at_exit)
+        try:
             started.service.stop()
+        finally:
             started.recorder.close()
             close_sources(list(started.sources))
 

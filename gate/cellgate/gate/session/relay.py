@@ -22,7 +22,9 @@ import asyncio
 import concurrent.futures
 import functools
 import os
+import sys
 import threading
+import traceback
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -109,7 +111,17 @@ class Relay:
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float = 60) -> Any:
         assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        name = getattr(coro, "__name__", "a step")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            # Where the relay's thread is, so a stuck or starved loop can be told apart.
+            frame = sys._current_frames().get(self._thread.ident or -1)
+            where = "".join(traceback.format_stack(frame)[-6:]) if frame is not None else "(its thread is gone)\n"
+            raise SessionError(f"the relay did not finish {name} within {timeout:g} s; its thread was at:\n"
+                               f"{where}") from None
 
     def attach(self, sandbox: Sandbox) -> None:
         """Connect to a started sandbox's sockets (after ``wait_for_sockets``)."""
