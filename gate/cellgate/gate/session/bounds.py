@@ -14,6 +14,7 @@ parsed but its header.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
@@ -144,6 +145,22 @@ def shrink_args(record: CallRecord) -> None:
 
 
 OVERFLOW_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+def monitor_socket(sock: zmq.asyncio.Socket, events: int) -> zmq.asyncio.Socket:
+    """A PAIR socket receiving ``sock``'s monitor events, over a pipe without a high-water mark.
+
+    libzmq sends monitor events with a blocking send from its I/O thread while holding the
+    socket's monitor lock: with pyzmq's default pipe (``get_monitor_socket``), a full pipe (a
+    reconnecting socket's events nobody read) stops the context's I/O thread and makes
+    ``disable_monitor`` and close wait for ever. The events are few and read as they come.
+    """
+    address = f"inproc://cellgate-monitor-{os.urandom(8).hex()}"
+    sock.monitor(address, events)
+    monitor: zmq.asyncio.Socket = sock.context.socket(zmq.PAIR)
+    monitor.setsockopt(zmq.RCVHWM, 0)  # an inproc pipe is unbounded when either side's HWM is 0
+    monitor.connect(address)
+    return monitor
 
 
 async def watch_overflow(monitor: zmq.asyncio.Socket, on_overflow: Callable[[], None]) -> None:

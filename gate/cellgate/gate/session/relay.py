@@ -40,7 +40,13 @@ from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.sandbox.container import Sandbox
 from cellgate.gate.sandbox.oci import OUTPUT_LOG
 from cellgate.gate.session import frontend_replies, relaywire
-from cellgate.gate.session.bounds import MAX_PARSED_CONTENT, OVERFLOW_EVENTS, HostBounds, watch_overflow
+from cellgate.gate.session.bounds import (
+    MAX_PARSED_CONTENT,
+    OVERFLOW_EVENTS,
+    HostBounds,
+    monitor_socket,
+    watch_overflow,
+)
 from cellgate.gate.session.call_relay import CallRelay
 from cellgate.gate.session.cells import CellQueue, CellTimeouts
 from cellgate.gate.session.events import RelayEvents, Tasks
@@ -212,7 +218,7 @@ class Relay:
         self._back["iopub"] = self._connect(zmq.SUB, sandbox.endpoint("iopub"))
         control = self._connect(zmq.DEALER, sandbox.endpoint("control"))
         for channel, sock in [*self._back.items(), ("control (host)", control)]:
-            monitor = sock.get_monitor_socket(OVERFLOW_EVENTS)
+            monitor = monitor_socket(sock, OVERFLOW_EVENTS)
             self._monitors.append(monitor)
             endpoint = sandbox.endpoint("control" if channel == "control (host)" else channel)
             overflow = functools.partial(self.kernel.overflow, channel, sock, endpoint, sandbox)
