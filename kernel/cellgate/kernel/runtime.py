@@ -174,7 +174,9 @@ class GateClient:
         __tracebackhide__ = True
         call_id, future = self.submit_soon(tool, args)
         with self._answer(tool, call_id):
-            return await asyncio.wait_for(future, self._reply_wait)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (gh-86296).
+            async with asyncio.timeout(self._reply_wait):
+                return await future
 
     def resolve(self, data: Any) -> None:
         """Deliver a host reply, or a batch of them (called on the kernel's control thread).

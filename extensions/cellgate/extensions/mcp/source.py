@@ -110,7 +110,8 @@ class Connection:
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(self._hold(ready))
         try:
-            return await asyncio.wait_for(asyncio.shield(ready), self.config.start_timeout)
+            async with asyncio.timeout(self.config.start_timeout):  # not wait_for (gh-86296)
+                return await asyncio.shield(ready)
         except TimeoutError:
             await self.stop()
             raise TimeoutError(f"no tool list within {self.config.start_timeout:g} s (start_timeout)") from None
@@ -148,7 +149,8 @@ class Connection:
         self._stop.set()
         if self._task is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._task), 10)
+                async with asyncio.timeout(10):  # not wait_for (gh-86296)
+                    await asyncio.shield(self._task)
             except TimeoutError:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)

@@ -182,7 +182,8 @@ class PromptApprover(Approver):
 
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
         remaining = request.deadline - time.time()
-        return await asyncio.wait_for(asyncio.to_thread(self._ask_blocking, request), max(remaining, 0))
+        async with asyncio.timeout(max(remaining, 0)):  # not wait_for: see dispatch._run
+            return await asyncio.to_thread(self._ask_blocking, request)
 
 
 def args_digest(args: dict[str, Any]) -> str:

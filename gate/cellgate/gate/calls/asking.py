@@ -108,7 +108,8 @@ class ApprovalDesk:
         self._asking[ask.id] = (cell, ask, waiter)
         clock.pause()
         try:
-            return await asyncio.wait_for(waiter, self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: see dispatch._run
+                return await waiter
         except TimeoutError:
             if ask.id not in self._withdrawn:
                 record.decision = "approval-timeout"

@@ -298,11 +298,13 @@ class Dispatcher:
 
     async def _run(self, tool: Tool, args: dict[str, Any]) -> Any:
         try:
-            if inspect.iscoroutinefunction(tool.function):
-                return await asyncio.wait_for(tool.function(**args), self.call_timeout)
-            loop = asyncio.get_running_loop()
-            job = functools.partial(tool.function, **args)
-            return await asyncio.wait_for(loop.run_in_executor(self._executor, job), self.call_timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation (gh-86296).
+            async with asyncio.timeout(self.call_timeout):
+                if inspect.iscoroutinefunction(tool.function):
+                    return await tool.function(**args)
+                loop = asyncio.get_running_loop()
+                job = functools.partial(tool.function, **args)
+                return await loop.run_in_executor(self._executor, job)
         except TimeoutError:
             # A thread cannot be killed: the tool may still finish, but its
             # result is discarded and the cell is told it timed out.

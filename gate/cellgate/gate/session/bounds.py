@@ -13,7 +13,6 @@ parsed but its header.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -174,11 +173,12 @@ async def watch_overflow(monitor: zmq.asyncio.Socket, on_overflow: Callable[[], 
         event = parse_monitor_message(await monitor.recv_multipart())
         if event["event"] != zmq.EVENT_DISCONNECTED:
             continue
-        try:
-            await asyncio.wait_for(monitor.recv_multipart(), 1.0)
-            continue  # libzmq is retrying: not an overflow
-        except TimeoutError:
-            on_overflow()
+        # A poll, not asyncio.wait_for: on Python 3.11 wait_for swallows a cancellation that
+        # arrives as its inner future completes (CPython gh-86296), and this loop then outlived
+        # the kernel it watched, hanging the relay's detach at a session's end.
+        if await monitor.poll(1000):
+            continue  # libzmq is retrying: not an overflow (the loop reads its event)
+        on_overflow()
 
 
 def reopen(sock: zmq.Socket[Any], endpoint: str) -> None:

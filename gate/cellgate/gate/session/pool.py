@@ -81,7 +81,8 @@ class Pool:
         if self._closed:
             raise PoolExhausted("the pool is closed")
         try:
-            session = await asyncio.wait_for(self._ready.get(), self.acquire_timeout)
+            async with asyncio.timeout(self.acquire_timeout):  # not wait_for: see calls.dispatch._run
+                session = await self._ready.get()
         except TimeoutError:
             detail = f"; the last start failed: {self._errors[-1]}" if self._errors else ""
             raise PoolExhausted(

@@ -275,7 +275,8 @@ class Session:
         future = service.result_future(msg_id)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
         try:
-            record = await asyncio.wait_for(asyncio.wrap_future(future), limit)
+            async with asyncio.timeout(limit):  # not wait_for: see calls.dispatch._run
+                record = await asyncio.wrap_future(future)
         finally:
             service.forget_result(msg_id)
         await self._drain_replies()
