@@ -14,11 +14,25 @@
 
 Every instance carries ``tool`` and a stable ``kind`` (see ``wire.ErrorKind``),
 so code in the cell never needs to parse messages.
+
+A failed call reads like any Python error: its traceback, as IPython, the
+``traceback`` module and a ``raise ... from`` chain read it, ends at the code
+that called the tool. The generated stub's frame and the runtime's below it
+are machinery; the interpreter keeps them (``sys.exc_info()``, ``%debug``).
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
+from types import FrameType, TracebackType
+from typing import Any, Final
+
 from .wire import ERROR_KINDS, ErrorKind
+
+RUNTIME_MODULE = "cellgate.kernel.runtime"
+# The interpreter's own slot, which ``raise`` and ``sys.exc_info()`` use.
+_TRACEBACK_SLOT: Final[Any] = BaseException.__dict__["__traceback__"]
 
 
 class ToolError(Exception):
@@ -30,6 +44,27 @@ class ToolError(Exception):
         super().__init__(message)
         self.tool = tool
         self.message = message
+
+    # Python-level readers (IPython's chained tracebacks, the traceback module) see the caller's frames only.
+    @property
+    def __traceback__(self) -> TracebackType | None:
+        return callers_part(_TRACEBACK_SLOT.__get__(self))
+
+    @__traceback__.setter
+    def __traceback__(self, value: TracebackType | None) -> None:
+        _TRACEBACK_SLOT.__set__(self, value)
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook for an exception that formats itself: its usual traceback, of the caller's frames."""
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+            if shell is not None:
+                return list(shell.InteractiveTB.structured_traceback(type(self), self, self.__traceback__))
+        except Exception:  # noqa: BLE001, S110 - never fail the display of the error itself
+            pass
+        return "".join(traceback.format_exception(self)).splitlines()
 
 
 class ToolNotFound(ToolError, LookupError):
@@ -76,6 +111,31 @@ _BY_KIND: dict[str, type[ToolError]] = {
     "unavailable": ToolUnavailable,
     "divergence": ReplayDivergence,
 }
+
+
+def _machinery(frame: FrameType) -> bool:
+    """A frame of the tools runtime, or of a generated stub (the ``tools`` package, importing it as ``_runtime``)."""
+    runtime = sys.modules.get(RUNTIME_MODULE)
+    module = frame.f_globals.get("__name__")
+    if runtime is None or not isinstance(module, str):
+        return False
+    stubs = module == "tools" or module.startswith("tools.")
+    return module == RUNTIME_MODULE or (stubs and frame.f_globals.get("_runtime") is runtime)
+
+
+def callers_part(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` up to the first stub or runtime frame (a new chain); unchanged if it has no caller's frame."""
+    kept: list[TracebackType] = []
+    entry = tb
+    while entry is not None and not _machinery(entry.tb_frame):
+        kept.append(entry)
+        entry = entry.tb_next
+    if entry is None or not kept:
+        return tb
+    trimmed: TracebackType | None = None
+    for kept_entry in reversed(kept):
+        trimmed = TracebackType(trimmed, kept_entry.tb_frame, kept_entry.tb_lasti, kept_entry.tb_lineno)
+    return trimmed
 
 
 def error_for(kind: str, tool: str, message: str) -> ToolError:

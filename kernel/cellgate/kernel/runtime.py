@@ -12,7 +12,6 @@ message costs more than the gate's work on a call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import secrets
@@ -148,35 +147,39 @@ class GateClient:
                     if future is not None and not future.done():
                         future.set_exception(ToolUnavailable(tool, f"could not send the call to the gate: {exc}"))
 
-    @contextlib.contextmanager
-    def _answer(self, tool: str, call_id: str) -> Iterator[None]:
-        """Turn a reply into the cell's result or a clean ToolError (no runtime frames)."""
-        __tracebackhide__ = True
-        try:
-            yield
-        except ToolError as error:
-            raise error.with_traceback(None) from None
-        except TimeoutError:
-            raise ToolTimeout(
-                tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s"
-            ) from None
-        finally:
-            with self._lock:
-                self._pending.pop(call_id, None)
-
+    # A plain try, not a context manager: contextlib puts the traceback back on the error it re-raises.
     def call(self, tool: str, args: dict[str, Any]) -> Any:
-        __tracebackhide__ = True  # IPython: show the caller's line, not the runtime's
+        __tracebackhide__ = True  # IPython's debugger: show the caller's frames, not the runtime's
         call_id, future = self.submit(tool, args)
-        with self._answer(tool, call_id):
+        try:
             return future.result(timeout=self._reply_wait)
+        except ToolError as error:
+            raise error.with_traceback(None) from None  # not concurrent.futures' frames
+        except TimeoutError:
+            raise self._no_answer(tool) from None
+        finally:
+            self._forget(call_id)
 
     async def acall(self, tool: str, args: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         call_id, future = self.submit_soon(tool, args)
-        with self._answer(tool, call_id):
+        try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (gh-86296).
             async with asyncio.timeout(self._reply_wait):
                 return await future
+        except ToolError as error:
+            raise error.with_traceback(None) from None
+        except TimeoutError:
+            raise self._no_answer(tool) from None
+        finally:
+            self._forget(call_id)
+
+    def _no_answer(self, tool: str) -> ToolTimeout:
+        return ToolTimeout(tool, f"no answer from the gate for tool {tool!r} within {self._reply_wait:g} s")
+
+    def _forget(self, call_id: str) -> None:
+        with self._lock:
+            self._pending.pop(call_id, None)
 
     def resolve(self, data: Any) -> None:
         """Deliver a host reply, or a batch of them (called on the kernel's control thread).

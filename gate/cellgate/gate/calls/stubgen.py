@@ -12,9 +12,14 @@ and the optional ``order`` lists their names in signature order; an optional
 ``returns`` (an object schema, e.g. an MCP tool's outputSchema) becomes a
 ``TypedDict`` return type. A name ``ns.tool`` puts the tool in the subpackage
 ``tools.ns`` (with its own ``aio`` twins), as MCP servers' tools are.
-Every string from the manifest reaches the source only through ``repr()``,
-and names must be plain identifiers, so a hostile tool description cannot
-inject code into the stubs.
+Every string from the manifest reaches the source only through ``repr()``
+(a docstring line by line, each escaped as ``repr()`` escapes it, so that
+``help()`` shows real lines), and names must be plain identifiers, so a
+hostile tool description cannot inject code into the stubs.
+
+What people read (``help()``, ``tools.describe()``, the docstrings' Args)
+shows annotations as ``typing`` prints them (``Literal['a', 'b']``); the
+source spells them ``_t.Literal[...]``.
 """
 
 from __future__ import annotations
@@ -46,33 +51,34 @@ def check_identifier(name: str, what: str) -> None:
         )
 
 
-def annotation(schema: Any) -> str:
-    """A Python annotation for a JSON Schema, as source text."""
+def annotation(schema: Any, typing: str = "_t.") -> str:
+    """A Python annotation for a JSON Schema, as source text (``typing=""``: as people read it)."""
+    any_ = f"{typing}Any"
     if not isinstance(schema, dict):
-        return "_t.Any"
+        return any_
     for union_key in ("anyOf", "oneOf"):
         if isinstance(schema.get(union_key), list):
-            parts = [annotation(s) for s in schema[union_key]]
-            if "_t.Any" in parts:
-                return "_t.Any"
+            parts = [annotation(s, typing) for s in schema[union_key]]
+            if any_ in parts:
+                return any_
             return " | ".join(dict.fromkeys(parts))
     enum = schema.get("enum")
     if isinstance(enum, list) and enum and all(isinstance(v, (str, int, bool)) or v is None for v in enum):
-        return "_t.Literal[" + ", ".join(repr(v) for v in enum) + "]"
+        return f"{typing}Literal[" + ", ".join(repr(v) for v in enum) + "]"
     kind = schema.get("type")
     if isinstance(kind, list):
-        return " | ".join(dict.fromkeys(annotation({**schema, "type": k}) for k in kind))
+        return " | ".join(dict.fromkeys(annotation({**schema, "type": k}, typing) for k in kind))
     if kind in _SIMPLE_TYPES:
         return _SIMPLE_TYPES[kind]
     if kind == "array":
-        return f"list[{annotation(schema.get('items'))}]"
+        return f"list[{annotation(schema.get('items'), typing)}]"
     if kind == "object":
-        return "dict[str, _t.Any]"
-    return "_t.Any"
+        return f"dict[str, {any_}]"
+    return any_
 
 
-def _parameters(tool: dict[str, Any]) -> list[tuple[str, str, str | None, dict[str, Any]]]:
-    """(name, annotation, default source or None, schema), required ones first."""
+def _parameters(tool: dict[str, Any], shown: bool = False) -> list[tuple[str, str, str | None, dict[str, Any]]]:
+    """(name, annotation, default or None, schema), required ones first; as source, or as people read it."""
     schema = tool.get("parameters") or {}
     properties: dict[str, Any] = schema.get("properties") or {}
     required = set(schema.get("required") or [])
@@ -89,16 +95,17 @@ def _parameters(tool: dict[str, Any]) -> list[tuple[str, str, str | None, dict[s
         elif "default" in prop:
             default = repr(prop["default"])
         else:
-            default = "_runtime.OMIT"
-        params.append((name, annotation(prop), default, prop))
+            default = "OMIT" if shown else "_runtime.OMIT"
+        params.append((name, annotation(prop, "" if shown else "_t."), default, prop))
     params.sort(key=lambda p: p[2] is not None)  # stable: keeps schema order within each group
     return params
 
 
-def signature(tool: dict[str, Any]) -> str:
-    """The signature text, e.g. ``(month: str, limit: int = 10)``."""
+def signature(tool: dict[str, Any], shown: bool = False) -> str:
+    """The signature's source, e.g. ``(kind: _t.Literal['a', 'b'], limit: int = 10)``; ``shown``: as people
+    read it, ``(kind: Literal['a', 'b'], limit: int = 10)``."""
     parts = []
-    for name, note, default, _ in _parameters(tool):
+    for name, note, default, _ in _parameters(tool, shown):
         parts.append(f"{name}: {note}" + (f" = {default}" if default is not None else ""))
     return "(" + ", ".join(parts) + ")"
 
@@ -106,12 +113,28 @@ def signature(tool: dict[str, Any]) -> str:
 def docstring(tool: dict[str, Any]) -> str:
     text = str(tool.get("description") or "").strip() or f"Call the {tool['name']} tool."
     lines = []
-    for name, note, _, prop in _parameters(tool):
+    for name, note, _, prop in _parameters(tool, shown=True):
         described = str(prop.get("description") or "").strip()
         lines.append(f"    {name} ({note}): {described}".rstrip())
     if lines:
         text += "\n\nArgs:\n" + "\n".join(lines)
     return text
+
+
+def docstring_literal(text: str, indent: str = "    ") -> str:
+    """``text`` as a triple-quoted literal with real line breaks, its lines after the first indented by ``indent``.
+
+    Each line is escaped as ``repr()`` escapes it, plus every ``"``, so no text
+    can end the literal early; ``help()`` cleans the indentation off again.
+    """
+    lines = []
+    for line in text.split("\n"):
+        quoted = repr(line)
+        lines.append(quoted[1:-1].replace('"', '\\"') if quoted[0] == "'" else quoted[1:-1])
+    if len(lines) == 1:
+        return f'"""{lines[0]}"""'
+    rest = "\n".join(f"{indent}{line}" if line else "" for line in lines[1:])
+    return f'"""{lines[0]}\n{rest}\n{indent}"""'
 
 
 def result_type_name(tool: dict[str, Any]) -> str | None:
@@ -145,7 +168,7 @@ def _function(tool: dict[str, Any], asynchronous: bool) -> str:
         head, body = "async def", f"return await _runtime.acall({name!r}, {call_args})"
     else:
         head, body = "def", f"return _runtime.call({name!r}, {call_args})"
-    return f"{head} {short}{signature(tool)} -> {returns}:\n    {docstring(tool)!r}\n    {body}\n"
+    return f"{head} {short}{signature(tool)} -> {returns}:\n    {docstring_literal(docstring(tool))}\n    {body}\n"
 
 
 def validate_manifest(manifest: list[dict[str, Any]]) -> None:
@@ -209,7 +232,7 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"
-        f"_SIGNATURES = {dict((t['name'], signature(t).replace('_t.', '')) for t in everything)!r}\n\n",
+        f"_SIGNATURES = { {t['name']: signature(t, shown=True) for t in everything}!r}\n\n",
     ]
     init += [result_type(t) for t in tools if result_type_name(t)]
     init += [_function(t, asynchronous=False) + "\n" for t in tools]

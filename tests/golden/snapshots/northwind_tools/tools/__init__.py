@@ -17,11 +17,20 @@ _MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order 
 _SIGNATURES = {'create_task': "(order_id: str, kind: Literal['follow_up', 'refund', 'escalate'])", 'list_orders': '(month: str)'}
 
 def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> _t.Any:
-    "Open a task about an order for the support team.\n\nArgs:\n    order_id (str): The order the task is about.\n    kind (_t.Literal['follow_up', 'refund', 'escalate']): What the team should do."
+    """Open a task about an order for the support team.
+
+    Args:
+        order_id (str): The order the task is about.
+        kind (Literal['follow_up', 'refund', 'escalate']): What the team should do.
+    """
     return _runtime.call('create_task', {'order_id': order_id, 'kind': kind})
 
 def list_orders(month: str) -> _t.Any:
-    'All orders placed in a month, with their carrier and how many days late they arrived.\n\nArgs:\n    month (str): The month as YYYY-MM, e.g. 2026-10.'
+    """All orders placed in a month, with their carrier and how many days late they arrived.
+
+    Args:
+        month (str): The month as YYYY-MM, e.g. 2026-10.
+    """
     return _runtime.call('list_orders', {'month': month})
 
 def search(query: str = '') -> list[str]:

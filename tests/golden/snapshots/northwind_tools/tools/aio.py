@@ -5,11 +5,20 @@ import typing as _t
 from cellgate.kernel import runtime as _runtime
 
 async def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> _t.Any:
-    "Open a task about an order for the support team.\n\nArgs:\n    order_id (str): The order the task is about.\n    kind (_t.Literal['follow_up', 'refund', 'escalate']): What the team should do."
+    """Open a task about an order for the support team.
+
+    Args:
+        order_id (str): The order the task is about.
+        kind (Literal['follow_up', 'refund', 'escalate']): What the team should do.
+    """
     return await _runtime.acall('create_task', {'order_id': order_id, 'kind': kind})
 
 async def list_orders(month: str) -> _t.Any:
-    'All orders placed in a month, with their carrier and how many days late they arrived.\n\nArgs:\n    month (str): The month as YYYY-MM, e.g. 2026-10.'
+    """All orders placed in a month, with their carrier and how many days late they arrived.
+
+    Args:
+        month (str): The month as YYYY-MM, e.g. 2026-10.
+    """
     return await _runtime.acall('list_orders', {'month': month})
 
 __all__ = ['create_task', 'list_orders']
