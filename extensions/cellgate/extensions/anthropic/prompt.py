@@ -36,7 +36,7 @@ def one_line(description: str) -> str:
 
 def tool_line(entry: dict[str, Any]) -> str:
     """``tools.list_orders(month: str): All orders placed in a month…``"""
-    return f"- tools.{entry['name']}{stub_signature(entry)}: {one_line(entry.get('description', ''))}"
+    return f"- tools.{entry['name']}{stub_signature(entry, shown=True)}: {one_line(entry.get('description', ''))}"
 
 
 def system_prompt(code_tools: list[dict[str, Any]], direct_tools: list[dict[str, Any]], search_threshold: int) -> str:

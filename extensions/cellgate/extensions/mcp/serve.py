@@ -172,7 +172,7 @@ def cell_text(result: Any, budget: int = OUTPUT_BUDGET) -> str:
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
                  idle_timeout: float = 1800.0) -> MCPServer:
     manifest = catalog(settings, options.get("tools") or [])
-    signatures = {t["name"]: stub_signature(t).replace("_t.", "") for t in manifest}
+    signatures = {t["name"]: stub_signature(t, shown=True) for t in manifest}
     sessions = Sessions(options, single_client, max_sessions, idle_timeout, pool_size=settings.sandbox.pool)
 
     @asynccontextmanager
