@@ -250,11 +250,33 @@ def serve_on_a_free_port(start: Callable[[int], subprocess.Popen[Any]], log: Pat
     pytest.fail(f"{what}: it exited with {process.returncode}; {log}:\n{log.read_text(errors='replace')[-2000:]}")
 
 
+class AttachedReplay:
+    """A client attached to the kernel `cellgate replay --interactive` left: ``run(code)`` gives the reply's
+    content and the cell's stream text; ``client`` sends anything else; ``said(text)`` reads the replay's
+    stdout up to the line that contains ``text``."""
+
+    def __init__(self, replay: subprocess.Popen[str], client: BlockingKernelClient) -> None:
+        self.replay = replay
+        self.client = client
+
+    def __call__(self, code: str, **kwargs: Any) -> tuple[dict[str, Any], str]:
+        text: list[str] = []
+        reply = self.client.execute_interactive(code, timeout=60, output_hook=lambda message: text.append(
+            message["content"]["text"]) if message["msg_type"] == "stream" else None, **kwargs)
+        return reply["content"], "".join(text)
+
+    def said(self, text: str) -> str:
+        assert self.replay.stdout is not None
+        for line in self.replay.stdout:
+            if text in line:
+                return line
+        pytest.fail(f"the replay ended without saying {text!r}")
+
+
 @contextmanager
-def interactive_replay(replay: subprocess.Popen[str]) -> Iterator[Callable[[str], tuple[dict[str, Any], str]]]:
-    """Run cells in the kernel `cellgate replay --interactive` offers (through the connection file it prints):
-    ``run(code)`` gives the reply's content and the cell's stream text. The replay is then stopped with Ctrl-C
-    and must exit 0."""
+def interactive_replay(replay: subprocess.Popen[str]) -> Iterator[AttachedReplay]:
+    """Attach to the kernel `cellgate replay --interactive` offers (through the connection file it prints).
+    Unless the test ended it, the replay is then stopped with Ctrl-C; either way it must exit 0."""
     assert replay.stdout is not None
     connection_file = None
     for line in replay.stdout:
@@ -267,15 +289,9 @@ def interactive_replay(replay: subprocess.Popen[str]) -> Iterator[Callable[[str]
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
-
-        def run(code: str) -> tuple[dict[str, Any], str]:
-            text: list[str] = []
-            reply = client.execute_interactive(code, timeout=60, output_hook=lambda message: text.append(
-                message["content"]["text"]) if message["msg_type"] == "stream" else None)
-            return reply["content"], "".join(text)
-
-        yield run
+        yield AttachedReplay(replay, client)
     finally:
         client.stop_channels()
-    replay.send_signal(signal.SIGINT)
+    if replay.poll() is None:
+        replay.send_signal(signal.SIGINT)
     assert replay.wait(60) == 0

@@ -11,13 +11,15 @@ the cell, the call and both argument sets. No call reaches a real tool unless
 it is named with ``--live`` (then policy and approvals apply). Replay stops
 at the first cell that failed in the recording and says whether the failure
 reproduced; ``--interactive`` leaves the kernel running there, behind the
-same gate and recorder, for a person to attach to.
+same gate and recorder, for a person to attach to (``ReplayGate.attach``,
+``attended``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +123,16 @@ def recorded_registry(nb: Any, real: dict[str, Tool]) -> ToolRegistry:
 
 
 class ReplayGate(Dispatcher):
-    """Answers calls from a recording; only ``live`` tools reach real functions."""
+    """Answers calls from a recording; only ``live`` tools reach real functions.
+
+    While replaying, the n-th call of a cell must be the recording's n-th
+    (tool and argument digest). Once a person is attached (``attach``), a call
+    identical to a recorded one is answered from the recording in any order
+    and as often as it is made: the recorded cell replay stopped at first,
+    then the nearest other cell with that call; a cell that made the same call
+    several times gives its answers in recorded order, then its last again. A
+    call the recording never made is refused, never run.
+    """
 
     def __init__(self, *args: Any, recording: list[RecordedCell], live: set[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -130,11 +141,18 @@ class ReplayGate(Dispatcher):
         self.cell_index = -1
         self.position = 0
         self.live_calls = 0
+        self.stopped_at: int | None = None  # the recorded cell replay stopped at, once a person is attached
+        self._repeats: dict[tuple[str, str], int] = {}  # identical calls answered in this attached cell
 
     def new_cell(self) -> None:
         super().new_cell()
         self.cell_index += 1
         self.position = 0
+        self._repeats.clear()
+
+    def attach(self) -> None:
+        """Replay is over: the cells from now on are a person's, at the cell replay stopped at."""
+        self.stopped_at = min(max(self.cell_index, 0), len(self.recording) - 1) if self.recording else -1
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallScope,
                               secrets: list[str]) -> tuple[Any, Any]:
@@ -150,6 +168,8 @@ class ReplayGate(Dispatcher):
         return recorded.result, recorded.result
 
     def _next(self, request: CallRequest, record: CallRecord) -> RecordedCall:
+        if self.stopped_at is not None:
+            return self._identical(request, record)
         in_recording = 0 <= self.cell_index < len(self.recording)
         if in_recording:
             calls = [c for c in self.recording[self.cell_index].calls if c.tool not in self.live]
@@ -163,7 +183,7 @@ class ReplayGate(Dispatcher):
                     f"replay diverged in cell {self.cell_index + 1} at call {self.position}: the recording has "
                     f"{expected.tool}({json.dumps(expected.args, sort_keys=True)}) but the program called "
                     f"{request.tool}({json.dumps(record.args, sort_keys=True)})"))
-        # Past the recording (an interactive fix): any unused recorded call with the same tool and arguments.
+        # A call past the cell's recorded ones: any unused recorded call with the same tool and arguments.
         for cell in self.recording:
             for call in cell.calls:
                 if not call.used and call.tool == request.tool and call.args_sha256 == record.args_sha256:
@@ -173,6 +193,58 @@ class ReplayGate(Dispatcher):
         raise CallFailed("divergence", (
             f"replay has no recorded result for {request.tool}({json.dumps(record.args, sort_keys=True)}) in {where}; "
             f"rerun with --live {request.tool} to call the real tool"))
+
+    def _identical(self, request: CallRequest, record: CallRecord) -> RecordedCall:
+        """An attached person's call: the recorded answer to an identical call, or a refusal saying how to go live."""
+        key = (request.tool, record.args_sha256)
+        for cell in self._nearest_first():
+            same = [c for c in cell.calls if (c.tool, c.args_sha256) == key]
+            if same:
+                answered = self._repeats[key] = self._repeats.get(key, 0) + 1
+                return same[min(answered, len(same)) - 1]
+        recorded = [json.dumps(c.args, sort_keys=True)[:200] for cell in self.recording for c in cell.calls
+                    if c.tool == request.tool]
+        known = (f"; the recording's {request.tool} calls had {', '.join(recorded[:3])}"
+                 f"{' ...' if len(recorded) > 3 else ''}") if recorded else ""
+        raise CallFailed("divergence", (
+            f"replay has no recorded result for {request.tool}({json.dumps(record.args, sort_keys=True)}): the "
+            f"recording never made this call, so it was not run{known}. Only a call with the same tool and "
+            f"arguments as a recorded one is answered here; to call the real tool, run the replay again with "
+            f"`--live {request.tool} --tools MODULE.py` (policy and approvals then apply)"))
+
+    def _nearest_first(self) -> list[RecordedCell]:
+        at = self.stopped_at if self.stopped_at is not None else -1
+        order = sorted(range(len(self.recording)), key=lambda i: (abs(i - at), i > at))
+        return [self.recording[i] for i in order]
+
+
+async def attended(session: Any, stop: asyncio.Event, say: Callable[[str], None]) -> str:
+    """Keep the kernel for an attached person until it exits (the client's `exit`) or ``stop`` is set.
+
+    ``stop`` (Ctrl-C or SIGTERM) while a cell runs interrupts that cell, since
+    `jupyter console --existing` cannot; set again while the same cell still
+    runs, or with none running, it ends the wait. Returns what ended it.
+    """
+    cells = session.provisioner.started.service.cells  # the relay's queue: its head is the running cell
+    kernel_gone = asyncio.ensure_future(session.provisioner.wait())
+    interrupted = None
+    try:
+        while True:
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({kernel_gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if kernel_gone.done():
+                return (f"the kernel exited (exit code {kernel_gone.result()}; `exit` or `quit` in jupyter console "
+                        f"shuts it down); replay ended")
+            stop.clear()
+            running = cells.running()
+            if running is None or running is interrupted:
+                return "replay ended (Ctrl-C)"
+            interrupted = running
+            await session.interrupt()
+            say("interrupted the running cell; Ctrl-C again while it still runs ends the replay")
+    finally:
+        kernel_gone.cancel()
 
 
 @dataclass
@@ -245,11 +317,15 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
                 break
         say(f"live calls: {gate.live_calls}; replay notebook: {session.notebook_path}")
         if interactive:
+            gate.attach()
             say(f"the kernel is left running at that point; attach with:\n"
                 f"  jupyter console --existing {session.connection_file}\n"
-                f"(or open that connection file in JupyterLab). Cells you run there are gated and recorded. "
-                f"Ctrl-C ends the replay.")
-            await stop.wait()
+                f"Cells you run there are gated and recorded; a call identical to a recorded one (same tool and "
+                f"arguments) gets the recorded answer, any other is refused unless its tool is --live. `exit` or "
+                f"`quit` in the console shuts the kernel down and ends the replay (Ctrl-D only detaches). "
+                f"Ctrl-C here interrupts a running cell (jupyter console cannot interrupt a kernel it did not "
+                f"start); with no cell running it ends the replay.")
+            say(await attended(session, stop, say))
         return ReplayOutcome(len(lines), failed_at, reproduced, gate.live_calls, lines)
     finally:
         await session.shutdown()
