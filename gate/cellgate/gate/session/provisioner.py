@@ -235,12 +235,16 @@ class GVisorProvisioner(LocalProvisioner):
         try:
             if started is not None and self.sandbox is not None:
                 started.service.detach("restart" if restart else "shutdown")
-        finally:  # whatever the relay did, the sandbox goes and the record ends
-            if self.sandbox is not None:
-                self.sandbox.delete()
-                self.sandbox = None
-            if not restart and started is not None:
-                self._end_record(started)
+        finally:  # whatever the relay did, the record ends and the sandbox goes
+            try:
+                # The record first: a frontend kills a kernel process that does not exit within a few
+                # seconds, and the sandbox's reaper deletes it if the host is gone, the record cannot.
+                if not restart and started is not None:
+                    self._end_record(started)
+            finally:
+                if self.sandbox is not None:
+                    self.sandbox.delete()
+                    self.sandbox = None
 
     def _end_record(self, started: Started) -> None:
         self._started = None
