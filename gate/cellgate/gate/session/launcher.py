@@ -176,8 +176,8 @@ class Launcher:
 
     async def serve(self) -> int:
         with ExitStack() as stack:
-            trusted = self._lock(stack)
-            state = self._load_state() if trusted else None
+            self._lock(stack)
+            trusted, state = self._load_state()
             choice = choose_record(state, self.connection_file)
             loop = asyncio.get_running_loop()
             choice.kernel_ended = lambda event: loop.call_soon_threadsafe(self._kernel_ended, event)
@@ -248,7 +248,6 @@ class Launcher:
     def _save_ending(self, ending: Ending | None, notebook: Path) -> None:
         if ending is None:  # a full shutdown: nothing to continue
             launcher_state.remove(self.state_path)
-            launcher_state.remove(self.state_path.with_suffix(".lock"))
         else:
             launcher_state.save(self.state_path, LaunchState(str(self.connection_file.resolve()), str(notebook),
                                                              ending))
@@ -273,30 +272,27 @@ class Launcher:
         if service is not None:
             asyncio.get_running_loop().run_in_executor(None, service.interrupt)
 
-    def _lock(self, stack: ExitStack) -> bool:
-        """Hold this connection file's lock for the process's life; False if its state cannot be trusted."""
-        lock = self.state_path.with_suffix(".lock")
+    def _lock(self, stack: ExitStack) -> None:
+        """Lock the connection file for the process's life: one launcher serves a kernel (and writes its record)."""
         try:
-            launcher_state.load(self.state_path)  # checks the folder (and the file, if any) before anything is made
-            lock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except (UntrustedState, OSError) as exc:
-            say(f"the restart state is not used ({exc}); a restart will start a new audit notebook")
-            return False
+            fd = os.open(self.connection_file, os.O_RDONLY)
+        except OSError as exc:
+            raise ConfigError(f"connection file {self.connection_file} cannot be opened: {exc}") from None
         stack.callback(os.close, fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ConfigError(f"another cellgate launcher is serving {self.connection_file}; one kernel process "
                               "per connection file") from None
-        return True
 
-    def _load_state(self) -> LaunchState | None:
+    def _load_state(self) -> tuple[bool, LaunchState | None]:
+        """(whether the restart state can be used, the last launcher's state on this connection file)."""
         try:
-            return launcher_state.load(self.state_path)
+            launcher_state.prune(self.state_path.parent)
+            return True, launcher_state.load(self.state_path)
         except UntrustedState as exc:
-            say(f"the restart state is not used: {exc}")
-            return None
+            say(f"the restart state is not used ({exc}); a restart will start a new audit notebook")
+            return False, None
 
 
 def main(argv: list[str] | None = None) -> int:

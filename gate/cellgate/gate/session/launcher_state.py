@@ -102,4 +102,15 @@ def remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-__all__ = ["Ending", "LaunchState", "UntrustedState", "load", "remove", "save", "state_folder", "state_path"]
+def prune(folder: Path) -> None:
+    """Forget kernels whose connection file is gone (the frontend removed it): their records cannot continue."""
+    for path in folder.glob("launch-*.json"):
+        try:
+            state = load(path)
+        except UntrustedState:
+            continue  # not ours to judge or remove
+        if state is not None and not Path(state.connection_file).exists():
+            remove(path)
+
+
+__all__ = ["Ending", "LaunchState", "UntrustedState", "load", "prune", "remove", "save", "state_folder", "state_path"]

@@ -1,11 +1,12 @@
 """The ``cellgate-gvisor`` kernel provisioner.
 
-Registered under the ``jupyter_client.kernel_provisioners`` entry point, so
-every frontend that launches the ``cellgate`` kernelspec (JupyterLab,
-``jupyter console``, nbclient, papermill, our ``Session``) gets the same
-sandbox, gate and audit notebook. The frontend's connection file points at
-the host-side relay (``Relay``); the kernel itself lives in gVisor,
-reachable only through its ipc sockets.
+Registered under the ``jupyter_client.kernel_provisioners`` entry point and
+used in-process: by ``Session`` (and replay), and by the installed
+kernelspec's kernel process (``session.launcher``), which every other
+frontend launches (JupyterLab, ``jupyter console``, nbclient, papermill, in
+any environment). Either way one relay (``Relay``) serves the frontend's
+connection file; the kernel itself lives in gVisor, reachable only through
+its ipc sockets.
 """
 
 from __future__ import annotations
