@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def read_connection_file(path: Path) -> dict[str, Any]:
 class WatchedRecorder(Recorder):
     """The session's recorder; it tells the launcher once the kernel's end is on record."""
 
-    kernel_ended: Any = None  # called with the event's name, from the relay's thread
+    kernel_ended: Callable[[str], object] | None = None  # called with the event's name, from the relay's thread
 
     @override
     def event(self, event: str, *, sync: bool | None = None, **data: Any) -> None:
@@ -121,7 +122,7 @@ class RecordChoice:
         self.reason = reason
         self.link = not_continued  # why a previous record was not continued, for the new one's metadata
         self.continued = False
-        self.kernel_ended: Any = None  # handed to the recorder as it is made (a kernel may die while starting)
+        self.kernel_ended: Callable[[str], object] | None = None  # handed to each recorder as it is made
 
     def recorder(self, notebook_path: Path, session_metadata: dict[str, Any],
                  open_journal: Any = Journal) -> Recorder:
@@ -143,12 +144,12 @@ class RecordChoice:
 
     def gate(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
              session_id: str, call_timeout: float) -> Dispatcher:
+        first_seq = 1
         if self.continued and self.previous is not None:  # the record's own session goes on
-            return Dispatcher(registry, log=log, policy=policy, approver=approver,
-                              session_id=str(self.previous.metadata.get("session_id", session_id)),
-                              call_timeout=call_timeout, first_seq=self.previous.next_call_seq)
+            session_id = str(self.previous.metadata.get("session_id", session_id))
+            first_seq = self.previous.next_call_seq
         return Dispatcher(registry, log=log, policy=policy, approver=approver, session_id=session_id,
-                          call_timeout=call_timeout)
+                          call_timeout=call_timeout, first_seq=first_seq)
 
 
 def choose_record(state: LaunchState | None, connection_file: Path) -> RecordChoice:
@@ -221,8 +222,8 @@ class Launcher:
             if json.loads(rest[1]).get("msg_type") != "shutdown_request":
                 return
             content = json.loads(rest[4])
-        except (ValueError, IndexError, AttributeError):
-            return  # the relay checked its signature; a frontend's odd message is the kernel's to judge
+        except Exception:  # signed by a frontend, but odd: the kernel's to judge, and the pump goes on
+            return
         self.shutdown = content if isinstance(content, dict) else {}
         if self.provisioner is not None and self.provisioner.service is not None:
             self.provisioner.service.expect_exit()
