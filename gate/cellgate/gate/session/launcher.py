@@ -170,7 +170,6 @@ class Launcher:
         self.info = read_connection_file(connection_file)
         self.state_path = launcher_state.state_path(connection_file)
         self.done = asyncio.Event()
-        self.stopped = False  # SIGTERM, or the frontend's process went away
         self.kernel_end: str | None = None  # the journal event of the kernel's end
         self.shutdown: dict[str, Any] | None = None  # the frontend's shutdown_request content
         self.provisioner: GVisorProvisioner | None = None
@@ -207,11 +206,11 @@ class Launcher:
             started.service.on_control = self._control
             await self.done.wait()
             ending = self._ending()
-            # The provisioner's cleanup detaches the relay, deletes the sandbox (killing a kernel still running)
-            # and ends the record: no interrupt or separate kill first, each a runsc call the frontend waits on.
-            await km.cleanup_resources(restart=False)
-            if trusted:
+            if trusted:  # first: the frontend kills a kernel process that takes long to exit
                 self._save_ending(ending, notebook)
+            # The provisioner's cleanup detaches the relay, ends the record and deletes the sandbox (killing a
+            # kernel still running): no interrupt or separate kill first, each a runsc call the frontend waits on.
+            await km.cleanup_resources(restart=False)
         return 1 if ending in ("kernel-died", "kernel-killed") else 0
 
     # -------------------------------------------------------------- the end
@@ -233,7 +232,7 @@ class Launcher:
         self.done.set()
 
     def _stop(self) -> None:
-        self.stopped = True
+        """SIGTERM or SIGHUP, or the frontend's process went away: end as a killed kernel process would."""
         self.done.set()
 
     def _ending(self) -> Ending | None:
