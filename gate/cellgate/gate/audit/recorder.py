@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class Recorder:
     """Writes a session's journal and renders its notebook."""
 
     def __init__(self, notebook_path: Path, session_metadata: dict[str, Any],
-                 open_journal: Callable[[Path], Journal] = Journal) -> None:
+                 open_journal: Callable[[Path], Journal] = Journal, resumed: Sequence[dict[str, Any]] = ()) -> None:
         self.notebook_path = notebook_path
         notebook_path.parent.mkdir(parents=True, exist_ok=True)
         self.journal = open_journal(journal_path(notebook_path))
@@ -51,11 +51,16 @@ class Recorder:
         self._text = NotebookText()
         self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
-        # The key that signs the journal is named in it (and so in the notebook), for `cellgate verify`.
-        self.metadata = session_metadata = {**session_metadata, "integrity": integrity(self.journal.key)}
         # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
         self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
-        self._write("session-started", sync=True, metadata=session_metadata)
+        if resumed:  # a record continued by a new host process (``audit.resume``): its records so far, no new start
+            for record in resumed:
+                self.reducer.apply(record)
+            self.metadata = self.reducer.metadata
+        else:
+            # The key that signs the journal is named in it (and so in the notebook), for `cellgate verify`.
+            self.metadata = session_metadata = {**session_metadata, "integrity": integrity(self.journal.key)}
+            self._write("session-started", sync=True, metadata=session_metadata)
         self.write_notebook()
 
     @property

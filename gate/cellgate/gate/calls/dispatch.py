@@ -128,6 +128,7 @@ class Dispatcher:
         session_id: str = "",
         call_timeout: float = 30.0,
         max_workers: int = 16,
+        first_seq: int = 1,  # a session continued by a new host process numbers on (``audit.resume``)
     ) -> None:
         self.registry = registry
         self.log = log
@@ -136,7 +137,7 @@ class Dispatcher:
         self.session_id = session_id
         self.call_timeout = call_timeout
         self.counters = Counters()
-        self._seq = itertools.count(1)
+        self._seq = itertools.count(first_seq)
         self._seen_ids: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgate-tool")
         tools = [tool for name in registry.names() if (tool := registry.get(name)) is not None]

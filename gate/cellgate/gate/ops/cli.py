@@ -103,11 +103,13 @@ def _add_install(sub: Any) -> None:
 
     def run(a: argparse.Namespace) -> int:
         from cellgate.gate import _hostkey as hostkey
-        from cellgate.gate.sandbox.kernelspec import install
+        from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE, install
 
         prefix = a.prefix if a.prefix else (None if a.user else sys.prefix)
         path = install(user=a.user, prefix=prefix)
         print(f"installed kernelspec 'cellgate' in {path}")
+        print(f"  it runs {sys.executable} -m {LAUNCHER_MODULE}: a frontend in any environment launches it "
+              f"(JUPYTER_PATH={Path(path).parent.parent} finds it)")
         key = hostkey.load()
         print(f"host key {key.key_id} at {key.path} (signs audit records; keep it out of run folders)")
         return 0

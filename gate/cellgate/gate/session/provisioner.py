@@ -1,11 +1,12 @@
 """The ``cellgate-gvisor`` kernel provisioner.
 
-Registered under the ``jupyter_client.kernel_provisioners`` entry point, so
-every frontend that launches the ``cellgate`` kernelspec (JupyterLab,
-``jupyter console``, nbclient, papermill, our ``Session``) gets the same
-sandbox, gate and audit notebook. The frontend's connection file points at
-the host-side relay (``Relay``); the kernel itself lives in gVisor,
-reachable only through its ipc sockets.
+Registered under the ``jupyter_client.kernel_provisioners`` entry point and
+used in-process: by ``Session`` (and replay), and by the installed
+kernelspec's kernel process (``session.launcher``), which every other
+frontend launches (JupyterLab, ``jupyter console``, nbclient, papermill, in
+any environment). Either way one relay (``Relay``) serves the frontend's
+connection file; the kernel itself lives in gVisor, reachable only through
+its ipc sockets.
 """
 
 from __future__ import annotations
@@ -235,12 +236,16 @@ class GVisorProvisioner(LocalProvisioner):
         try:
             if started is not None and self.sandbox is not None:
                 started.service.detach("restart" if restart else "shutdown")
-        finally:  # whatever the relay did, the sandbox goes and the record ends
-            if self.sandbox is not None:
-                self.sandbox.delete()
-                self.sandbox = None
-            if not restart and started is not None:
-                self._end_record(started)
+        finally:  # whatever the relay did, the record ends and the sandbox goes
+            try:
+                # The record first: a frontend kills a kernel process that does not exit within a few
+                # seconds, and the sandbox's reaper deletes it if the host is gone, the record cannot.
+                if not restart and started is not None:
+                    self._end_record(started)
+            finally:
+                if self.sandbox is not None:
+                    self.sandbox.delete()
+                    self.sandbox = None
 
     def _end_record(self, started: Started) -> None:
         self._started = None

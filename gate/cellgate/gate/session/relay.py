@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import zmq
@@ -77,6 +77,8 @@ class Relay:
         self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
         self.bounds = bounds or HostBounds()
         self.front_info = front
+        # Sees each signed control request of a frontend (the launcher watches for shutdown_request).
+        self.on_control: Callable[[list[bytes]], None] | None = None
         self.dispatcher = dispatcher
         self.recorder = recorder
         self._front_session = signing_session(front["key"])
@@ -276,6 +278,8 @@ class Relay:
                 across = self._across(frames, channel, self._front_session, self.kernel.session)
                 if across is None:
                     continue
+                if channel == "control" and self.on_control is not None:
+                    self.on_control(frames)
                 frames = across
             await dst.send_multipart(frames)
 
