@@ -51,7 +51,8 @@ async def waiting_notices(session: Session) -> AsyncIterator[None]:
     client.load_connection_file()
     client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
     try:
-        await _subscribed(client)
+        with contextlib.suppress(TimeoutError):  # notices are a courtesy: never a reason for the run to fail
+            await _subscribed(client)
         printer = asyncio.create_task(_print(client))
         try:
             yield
