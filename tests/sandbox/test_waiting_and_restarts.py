@@ -90,7 +90,7 @@ def cell_messages(client: BlockingKernelClient, msg_id: str) -> Iterator[dict[st
 
 
 def test_a_frontend_sees_the_wait_before_the_answer_and_its_update_after(
-        box: BlockingSession, frontend: BlockingKernelClient) -> None:
+        box: BlockingSession, frontend: BlockingKernelClient, approvals: Path) -> None:
     msg_id = frontend.execute("print('sum', tools.add(2, 3))")
     seen: list[dict[str, Any]] = []
     messages = cell_messages(frontend, msg_id)
@@ -98,6 +98,7 @@ def test_a_frontend_sees_the_wait_before_the_answer_and_its_update_after(
         seen.append(msg)
         if msg["msg_type"] == "display_data":
             break
+    assert seen[-1]["msg_type"] == "display_data", [m["msg_type"] for m in seen]
     notice = seen[-1]["content"]
     display_id = notice["transient"]["display_id"]
     request_id = display_id.removeprefix(NOTICE)
@@ -105,7 +106,7 @@ def test_a_frontend_sees_the_wait_before_the_answer_and_its_update_after(
     assert display_id.startswith(NOTICE) and "waiting for approval" in text, text
     assert "tool 'add'" in text and f"request {request_id}" in text and "approver queue" in text, text
     assert re.search(r"until \d\d:\d\d:\d\d UTC", text) and "<pre>" in notice["data"]["text/html"], notice
-    assert not any(m["msg_type"] == "stream" for m in seen)  # nothing ran yet: the tool waits for the answer
+    assert (approvals / f"{request_id}.request.json").exists()  # shown while the request waits, not after
     answer(request_id, "allow", "from the test")  # the queue approver's answer, as `cellgate approvals` gives it
     rest = list(messages)
     update = next(m for m in rest if m["msg_type"] == "update_display_data")
