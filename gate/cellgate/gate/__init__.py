@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.stubgen import RESERVED as RESERVED_TOOL_NAMES
     from cellgate.gate.calls.stubgen import signature as stub_signature
     from cellgate.gate.config import Settings, find_config, load_settings
+    from cellgate.gate.ops.waiting import waiting_notices
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
 
@@ -76,6 +77,7 @@ _FACE = {
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
+    "waiting_notices": "cellgate.gate.ops.waiting",
 }
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
     "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
     "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
+    "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 

@@ -39,7 +39,7 @@ async def _main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from cellgate.gate import ConfigError, Session
+    from cellgate.gate import ConfigError, Session, waiting_notices
     from cellgate.gate import clean_for_terminal as clean
 
     from .config import AgentSettings
@@ -55,7 +55,7 @@ async def _main(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
-                       isolation=args.isolation) as session:
+                       isolation=args.isolation) as session, waiting_notices(session):
         settings = session.provisioner.settings
         assert settings is not None
         agent_settings = settings.section("agent", AgentSettings).model_copy(update=overrides)

@@ -28,7 +28,8 @@ def restart_note(record: dict[str, Any]) -> str:
     """What a reader of the notebook is told when the kernel was restarted under the session."""
     gone = record.get("variables_gone")
     why = {"memory": "after the sandbox reached its memory limit",
-           "message-size": "after it sent a message over the host's size limit"}.get(str(record.get("reason")), "")
+           "message-size": "after it sent a message over the host's size limit",
+           "frontend": "at its frontend's request"}.get(str(record.get("reason")), "")
     if gone is None:
         lost = "Every variable is gone (the names were not known)."
     elif gone:

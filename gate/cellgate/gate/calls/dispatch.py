@@ -42,7 +42,7 @@ import pydantic_core
 from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
-from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock
+from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.policy import Call, Counters, Policy, evaluate
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
@@ -94,6 +94,7 @@ class CallScope:
     # Who asked: a program in the sandbox ("code") or the model on its own turn ("direct").
     origin: Literal["code", "direct"] = "code"
     clock: CellClock = field(default_factory=NoClock)
+    notices: WaitingNotices = field(default_factory=NoNotices)  # told while a call waits for a person
     refusals: RefusalBudget | None = None
 
 
@@ -265,7 +266,7 @@ class Dispatcher:
             raise CallFailed(kind, message)
         self.counters.record(call, self.policy, time.monotonic())
         if verdict.decision == "approve":
-            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock)
+            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices)
         else:
             record.decision = "allow"
         idempotency_key = f"{self.session_id}/{scope.msg_id}/{record.seq}"

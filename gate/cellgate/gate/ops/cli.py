@@ -59,6 +59,7 @@ def say(console: Console, *parts: str | tuple[str, str]) -> None:
 
 
 async def _exec(args: argparse.Namespace) -> int:
+    from cellgate.gate.ops.waiting import waiting_notices
     from cellgate.gate.session.session import Session
 
     programs = [(name, _read_program(name)) for name in args.programs]
@@ -66,7 +67,7 @@ async def _exec(args: argparse.Namespace) -> int:
     if args.timeout:
         overrides["cell_timeout"] = args.timeout
     async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
-                       isolation=args.isolation, **overrides) as session:
+                       isolation=args.isolation, **overrides) as session, waiting_notices(session):
         if session.sandbox_info.get("isolation") == "none":
             err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
         failed = 0

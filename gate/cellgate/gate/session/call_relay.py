@@ -5,29 +5,48 @@ attributed to the running cell, and handed to the ``Dispatcher`` (admission,
 then decision, run and record). Replies ready in the same loop turn go to the
 kernel as one control message: every control message costs the kernel a
 busy/idle round on IOPub, which inside gVisor dominates a call, so batching
-keeps parallel calls parallel.
+keeps parallel calls parallel. While a call waits for a person, the cell's
+frontends are shown a notice (``notices``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallReply, CallRequest, ProtocolError, batch_items, error_reply, parse_call
 from cellgate.gate.session.cells import CellQueue, CellRun
 from cellgate.gate.session.events import RelayEvents, Tasks
 from cellgate.gate.session.kernel_watch import KernelWatch
 
+# Sends a notice to the frontends as a reply to the cell's execute_request header (``notices.publish``).
+ShowFrontends = Callable[[dict[str, Any], Waiting], Coroutine[Any, Any, None]]
+
+
+class CellNotices:
+    """Shows a cell's frontends that one of its calls waits for a person, then how the wait ended."""
+
+    def __init__(self, show: ShowFrontends, tasks: Tasks, parent: dict[str, Any]) -> None:
+        self._show = show
+        self._tasks = tasks
+        self._parent = parent
+
+    def show(self, notice: Waiting) -> None:
+        self._tasks.spawn(self._show(self._parent, notice))
+
 
 class CallRelay:
     def __init__(self, dispatcher: Dispatcher, cells: CellQueue, kernel: KernelWatch, events: RelayEvents,
-                 tasks: Tasks) -> None:
+                 tasks: Tasks, show: ShowFrontends) -> None:
         self.dispatcher = dispatcher
         self.cells = cells
         self.kernel = kernel
         self.events = events
         self.tasks = tasks
+        self._show = show
         self._outbox: dict[str, list[dict[str, Any]]] = {}
         self._flush_scheduled = False
 
@@ -54,7 +73,8 @@ class CallRelay:
             if isinstance(call_id, str) and len(call_id) <= 64:
                 self._reply(comm_id, error_reply(call_id, "invalid", f"malformed tool call: {exc}"))
             return
-        scope = head.scope() if head is not None else None
+        notices = CellNotices(self._show, self.tasks, head.request.header) if head is not None else None
+        scope = head.scope(notices) if head is not None else None
         refused = self.dispatcher.admit(request, scope)
         if refused is not None:
             if refused.event is not None:

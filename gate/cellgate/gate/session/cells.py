@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.audit.recorder import CellRecord, Recorder
-from cellgate.gate.calls.asking import NoClock
+from cellgate.gate.calls.asking import NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.session import frontend_replies
@@ -75,10 +75,11 @@ class CellRun:
     # Unique per cell run (a client's msg_ids start over after a restart): what approvals are withdrawn by.
     key: str = field(default_factory=lambda: os.urandom(8).hex())
 
-    def scope(self) -> CallScope:
-        """What the dispatcher attributes a call of this cell to."""
+    def scope(self, notices: WaitingNotices | None = None) -> CallScope:
+        """What the dispatcher attributes a call of this cell to; ``notices`` shows its waits for a person."""
         return CallScope(cell=self.record, msg_id=self.record.msg_id, key=self.key, source=self.record.source,
-                         clock=self.clock if self.clock is not None else NoClock(), refusals=self.refusals)
+                         clock=self.clock if self.clock is not None else NoClock(), refusals=self.refusals,
+                         notices=notices or NoNotices())
 
 
 class KernelControl(Protocol):

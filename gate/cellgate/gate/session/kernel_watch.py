@@ -6,7 +6,10 @@ the kernel sends a frame over the size bound. When the kernel's process ends,
 the running cell's lost output is recovered from its log and every queued cell
 ends with how the kernel went: ``killed`` (by the host), ``memory`` (the OOM
 watch saw the cgroup's limit hit) or ``kernel-died``; an exit the frontend
-asked for is not a death.
+asked for is not a death. A restart of a kernel that had not died (the
+frontend's shutdown_request with restart, or a kill to restart it) is
+journalled as ``kernel-restarted`` (reason ``frontend``), which the audit
+notebook shows as a note: the next cell runs without the old variables.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import zmq.asyncio
 from jupyter_client.session import Session
 
 from cellgate.gate.audit.cells import CellStatus
+from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.sandbox.container import Sandbox
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.oom import OomWatch
@@ -49,6 +53,7 @@ class KernelWatch:
         self.iopub: zmq.asyncio.Socket | None = None
         self.exit_expected = False
         self.stopping = False
+        self.died = False  # the current kernel's death (or the host's kill of it) was recorded
         self._killed_by_host: Sandbox | None = None
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
         self._kill_status: dict[str, tuple[CellStatus, str]] = {}
@@ -56,7 +61,7 @@ class KernelWatch:
 
     def attached(self, sandbox: Sandbox, control: zmq.asyncio.Socket, iopub: zmq.asyncio.Socket) -> None:
         self.sandbox = sandbox
-        self.exit_expected = False
+        self.exit_expected = self.died = False
         self.session = signing_session(sandbox.key)  # never the frontends' key (relaywire)
         self.control = control
         self.iopub = iopub
@@ -68,7 +73,13 @@ class KernelWatch:
                                       note="an OOM kill will be reported as kernel-died")
         self.tasks.spawn(self._watch_process(sandbox), kernel=True)
 
-    def detached(self) -> None:
+    def detached(self, reason: str) -> None:
+        """The relay stopped relaying to the kernel (``reason``: restart, shutdown, session-ended)."""
+        if reason == "restart" and self.sandbox is not None and not self.died:
+            try:  # a death is explained where it happened; this restart only here
+                self.cells.recorder.kernel_restarted("frontend", None)
+            except JournalError:
+                pass  # reported where it broke; every call is refused from then on
         self.control = self.iopub = None
         self.sandbox = None
 
@@ -141,6 +152,7 @@ class KernelWatch:
         await self._recover_output()
         if self.sandbox is not sandbox or self.stopping:
             return
+        self.died = True
         if self._killed_by_host is sandbox:
             self.events.life("kernel-killed", exit_code=code)
             status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))

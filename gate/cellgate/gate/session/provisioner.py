@@ -218,6 +218,8 @@ class GVisorProvisioner(LocalProvisioner):
 
     @override
     async def kill(self, restart: bool = False) -> None:
+        if self._started is not None:  # the KernelManager's kill (a restart or shutdown now): not a death
+            self._started.service.expect_exit()
         if self.sandbox is not None:
             await asyncio.to_thread(self.sandbox.kill)
 

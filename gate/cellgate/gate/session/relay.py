@@ -35,11 +35,12 @@ from jupyter_client.session import Session
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
+from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.direct import DirectResult, serve_direct
 from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.sandbox.container import Sandbox
 from cellgate.gate.sandbox.oci import OUTPUT_LOG
-from cellgate.gate.session import frontend_replies, relaywire
+from cellgate.gate.session import frontend_replies, notices, relaywire
 from cellgate.gate.session.bounds import (
     MAX_PARSED_CONTENT,
     OVERFLOW_EVENTS,
@@ -94,7 +95,7 @@ class Relay:
                                self._answer_frontend)
         self.kernel = KernelWatch(self.cells, self.events, self.tasks, self.bounds)
         self.cells.kernel = self.kernel
-        self.calls = CallRelay(dispatcher, self.cells, self.kernel, self.events, self.tasks)
+        self.calls = CallRelay(dispatcher, self.cells, self.kernel, self.events, self.tasks, self._show_frontends)
         self._late = LateOutput(recorder, self.events.failure)
         self.taps = Taps(recorder, self.cells, self.calls, self.kernel, self.events, self.tasks, self._late,
                          self._answer_frontend, self._front_session, restricted, output_limit)
@@ -251,7 +252,7 @@ class Relay:
         self._back.clear()
         self.kernel.control = None
         self.cells.fail_all("killed", reason)
-        self.kernel.detached()
+        self.kernel.detached(reason)
 
     async def _stop(self) -> None:
         self.kernel.stopping = True
@@ -345,6 +346,10 @@ class Relay:
                                  target=str(msg["content"].get("target_name", ""))[:200],
                                  note="kernel comms do not reach frontends unless [frontend] allow_comms = true")
         return out
+
+    async def _show_frontends(self, parent: dict[str, Any], notice: Waiting) -> None:
+        """Show the frontends that a call of the cell ``parent`` started waits for a person (``notices``)."""
+        await notices.publish(self._front_session, self._front.get("iopub"), parent, notice)
 
     async def _answer_frontend(self, header: dict[str, Any], idents: list[bytes], error: dict[str, Any]) -> None:
         """Answer a frontend for a cell the kernel cannot (``frontend_replies``)."""

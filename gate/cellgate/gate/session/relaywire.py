@@ -18,6 +18,7 @@ from typing import Any, cast
 from jupyter_client.session import Session
 
 from cellgate.gate.audit.sanitize import sanitize_bundle
+from cellgate.gate.session.notices import DISPLAY_PREFIX
 
 DELIM = b"<IDS|MSG>"
 BUNDLE_TYPES = frozenset({"display_data", "execute_result", "update_display_data"})
@@ -71,7 +72,9 @@ def iopub_frames(msg: dict[str, Any], session: Session, trusted: Iterable[str], 
         transient = content.get("transient")
         if transient is not None:
             display_id = transient.get("display_id") if isinstance(transient, dict) else None
-            content["transient"] = {"display_id": display_id} if isinstance(display_id, str) else {}
+            # Display ids with the host's prefix are its notices' (``notices``): never the kernel's.
+            kept = isinstance(display_id, str) and not display_id.startswith(DISPLAY_PREFIX)
+            content["transient"] = {"display_id": display_id} if kept else {}
     return _serialize(msg, content, session, [f"kernel.{msg_type}".encode()], buffers)
 
 
