@@ -20,7 +20,9 @@ def load_notebook(path: Path) -> Any:
     """An audit notebook the operator named: a regular file, read with a cap, with cellgate metadata."""
     try:
         text = read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}")
-        nb = nbformat.reads(text.decode("utf-8"), as_version=4)
+        # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
+        # schema takes longer than the rest of `cellgate show`): every field is checked where it is read.
+        nb = nbformat.convert(nbformat.reader.reads(text.decode("utf-8")), 4)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not a notebook, not UTF-8
         raise ConfigError(f"{path}: not a readable notebook: {exc}; is it a cellgate audit notebook?") from None
     if not isinstance(nb.metadata.get("cellgate"), dict):
