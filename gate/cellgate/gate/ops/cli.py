@@ -75,6 +75,7 @@ def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
 
 
 async def _exec(args: argparse.Namespace) -> int:
+    from cellgate.gate.session.launch import where_it_records
     from cellgate.gate.session.session import Session
 
     programs = [(name, _read_program(name)) for name in args.programs]
@@ -85,6 +86,8 @@ async def _exec(args: argparse.Namespace) -> int:
                        isolation=args.isolation, **overrides) as session:
         if session.sandbox_info.get("isolation") == "none":
             err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
+        for line in where_it_records(session.recorder):
+            say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
             result = await session.execute(code)
