@@ -110,6 +110,7 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("--isolation", choices=["gvisor", "none"],
                    help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
     p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
+
     def run(a: argparse.Namespace) -> int:
         import asyncio
 

@@ -83,8 +83,8 @@ def iopub_frames(msg: dict[str, Any], session: Session, trusted: Iterable[str], 
 
 
 def kernel_info(content: dict[str, Any], about: Recorder) -> dict[str, Any]:
-    """A kernel_info_reply's content that says, last in its banner and in language_info, where the session
-    records (what the kernel put under those names is replaced: only the host knows)."""
+    """A kernel_info_reply's content that says where the session records: after the kernel's banner, and as
+    ``language_info["cellgate"]`` (whatever the kernel put there is replaced: only the host knows)."""
     lines = where_it_records(about)
     banner = content.get("banner")
     content["banner"] = "\n".join([banner.rstrip("\n"), *lines] if isinstance(banner, str) and banner else lines)
