@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 # Each is imported where a command needs it; together they are most of a second, jsonschema alone seconds.
 HEAVY = ("jupyter_client", "nbconvert", "nbformat", "jsonschema", "zmq", "pydantic", "rich", "asyncio",
@@ -38,6 +39,18 @@ def test_a_built_in_command_does_not_load_the_extensions() -> None:
     assert "usage: cellgate show" in out
     assert not any(m.startswith("cellgate.extensions") for m in modules)
     assert "importlib.metadata" not in modules
+
+
+def test_show_reads_a_notebook_without_nbformat(tmp_path: Path) -> None:
+    notebook = tmp_path / "run.ipynb"
+    cell = {"cell_type": "code", "source": ["print(1)\n", "print(2)"], "outputs": [], "execution_count": 1,
+            "metadata": {"cellgate": {"status": "ok", "calls": [{"seq": 1, "tool": "echo", "decision": "allow",
+                                                                 "ok": True, "duration_ms": 1.5}]}}}
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
+                                    "metadata": {"cellgate": {"session_id": "0123456789abcdef"}}}))
+    out, modules = modules_after("show", str(notebook))
+    assert "session 0123456789ab" in out and "print(1)" in out and "#1 echo decision=allow" in out
+    assert not {"nbformat", "jsonschema"} & {m.split(".")[0] for m in modules}
 
 
 def test_jsonschema_formats_check_the_same_with_their_slow_module_deferred() -> None:
