@@ -359,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_audit(sub)
     _add_replay(sub)
     argv = sys.argv[1:] if argv is None else argv
-    words = [word for word in argv if not word.startswith("-")]
-    if not words or words[0] not in sub.choices:  # --help, an extension's command or a typo: list them all
+    if not argv or argv[0] not in sub.choices:  # --help, an extension's command or a typo: list them all
         from importlib.metadata import entry_points  # ~60 ms: not for the built-in commands
 
         for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
