@@ -292,6 +292,25 @@ def light_imports(rounds: int) -> dict[str, list[float]]:
     return times
 
 
+async def cli_starts(folder: Path, rounds: int) -> dict[str, list[float]]:
+    """`cellgate --help` and `cellgate show` on a recorded Northwind run, each a fresh process as a user starts it,
+    side by side with `python -c pass` (targets: --help within 10x of it, show within 0.5 s)."""
+    notebook = folder / "cli-northwind.ipynb"
+    async with Session(tools=[NORTHWIND / "tools.py"], notebook=notebook, cwd=folder) as s:
+        assert (await s.execute((NORTHWIND / "late_orders.py").read_text())).stdout == "10000 312\n"
+    script = Path(sys.executable).with_name("cellgate")  # the installed command, as a user runs it
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cellgate.gate"]
+    argvs = {"python": [sys.executable, "-c", "pass"], "help": [*command, "--help"],
+             "show": [*command, "show", str(notebook)]}
+    times: dict[str, list[float]] = {name: [] for name in argvs}
+    for _ in range(rounds):
+        for name, argv in argvs.items():  # interleaved, so a busy moment of the machine hits all three
+            t = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True, cwd=folder)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return times
+
+
 def machine() -> dict:
     runsc = find_runsc()
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
@@ -300,7 +319,7 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
-SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports")
+SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports", "cli")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -355,6 +374,11 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         rows += [row("import cellgate.gate.calls.policy (target < 200)", light["policy"]),
                  row("python -c pass (process)", light["python"]),
                  row("cellgate --help (process)", light["help"], baseline=light["python"])]
+    if "cli" in args.only:
+        cli = await cli_starts(folder, 5 if args.quick else 15)
+        rows += [row("CLI: python -c pass (the baseline)", cli["python"]),
+                 row("CLI: cellgate --help (target: ratio < 10)", cli["help"], baseline=cli["python"]),
+                 row("CLI: cellgate show, Northwind (target < 500)", cli["show"], baseline=cli["python"])]
     return rows, note
 
 

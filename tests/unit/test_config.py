@@ -20,6 +20,8 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, '[tools]\nmodules = ["t.py"]\n'))
     assert settings.sandbox.isolation == "gvisor" and settings.sandbox.memory_mb == 1024
     assert settings.tool_paths() == [(tmp_path / "t.py").resolve()]
+    assert settings.source == str(tmp_path / "cellgate.toml")
+    assert load_settings(None, str(tmp_path)).source is None
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -28,6 +30,8 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     ("[sandbox]\nmemory_mb = 1\n", "sandbox.memory_mb = 1"),
     ("[tools\nmodules = []\n", "not valid TOML"),
     ("[polcy]\n", "unknown key 'polcy'"),
+    ("source = 'elsewhere.toml'\n", "unknown key 'source'"),  # set from where the file is, never by it
+    ("base_dir = '/'\n", "unknown key 'base_dir'"),
 ])
 def test_malformed_config(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match="cellgate.toml") as info:

@@ -117,6 +117,8 @@ class Settings(StrictModel):
     policy: Policy = Policy()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)
+    # The file these settings were read from; None when none was found (then base_dir is where it was looked for).
+    source: str | None = Field(default=None, exclude=True)
 
     def section(self, name: str, model: type[M]) -> M:
         """An extension's section (``[name]``), validated by ``model``; its defaults when the file has none."""
@@ -179,8 +181,11 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    for key in ("base_dir", "source"):  # set from where the file is, never by it
+        if key in data:
+            raise ConfigError(f"{path}: unknown key {key!r}; remove it")
     try:
-        return settings_type()(**data, base_dir=str(path.parent))
+        return settings_type()(**data, base_dir=str(path.parent), source=str(path))
     except ValidationError as exc:
         text = path.read_text()
 

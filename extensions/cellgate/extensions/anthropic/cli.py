@@ -7,8 +7,6 @@ only when the command runs.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from typing import Any
 
@@ -31,10 +29,15 @@ def add_parser(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio  # here, not at the top: `cellgate --help` loads this module
+
     return asyncio.run(_main(args))
 
 
 async def _main(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
     import anthropic
     from rich.console import Console
     from rich.markup import escape

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -16,16 +16,53 @@ from cellgate.gate._terminal import reveal
 from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
 
 
+def _text(path: Path) -> str:
+    return read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}").decode("utf-8")
+
+
+def _unreadable(path: Path, problem: object) -> ConfigError:
+    return ConfigError(f"{path}: not a readable notebook: {problem}; is it a cellgate audit notebook?")
+
+
+def _no_cellgate(path: Path) -> ConfigError:
+    return ConfigError(f"{path}: has no cellgate metadata; it is not a cellgate audit notebook")
+
+
 def load_notebook(path: Path) -> Any:
     """An audit notebook the operator named: a regular file, read with a cap, with cellgate metadata."""
+    import nbformat  # here: it imports jsonschema, more than all of `cellgate show` (which reads the JSON)
+
     try:
-        text = read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}")
-        nb = nbformat.reads(text.decode("utf-8"), as_version=4)
+        # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
+        # schema is slow): every field is checked where it is read.
+        nb = nbformat.convert(nbformat.reader.reads(_text(path)), 4)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not a notebook, not UTF-8
-        raise ConfigError(f"{path}: not a readable notebook: {exc}; is it a cellgate audit notebook?") from None
+        raise _unreadable(path, exc) from None
     if not isinstance(nb.metadata.get("cellgate"), dict):
-        raise ConfigError(f"{path}: has no cellgate metadata; it is not a cellgate audit notebook")
+        raise _no_cellgate(path)
     return nb
+
+
+def notebook_json(path: Path) -> dict[str, Any]:
+    """An audit notebook as ``load_notebook`` checks it, as plain JSON (nbformat 4, as cellgate writes them):
+    what ``show`` summarises, without importing nbformat."""
+    try:
+        nb = json.loads(_text(path))
+    except ValueError as exc:  # not JSON, not UTF-8
+        raise _unreadable(path, exc) from None
+    if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
+        raise _unreadable(path, "not the JSON of an nbformat 4 notebook")
+    if not isinstance(_dict(nb.get("metadata")).get("cellgate"), dict):
+        raise _no_cellgate(path)
+    return nb
+
+
+def _source(cell: dict[str, Any]) -> str:
+    """A cell's source: nbformat writes a multi-line one as a list of its lines."""
+    source = cell.get("source")
+    if isinstance(source, list) and all(isinstance(part, str) for part in source):
+        return "".join(source)
+    return source if isinstance(source, str) else ""
 
 
 def journal_of(path: Path, nb: Any) -> str:
@@ -34,8 +71,8 @@ def journal_of(path: Path, nb: Any) -> str:
     return journal_name(journal.get("file") if isinstance(journal, dict) else None, path)
 
 
-def _duration(cell: Any) -> str:
-    meta = cell.metadata.get("cellgate", {})
+def _duration(cell: dict[str, Any]) -> str:
+    meta = _dict(_dict(cell.get("metadata")).get("cellgate"))
     try:
         start = datetime.fromisoformat(meta["started"].replace("Z", "+00:00"))
         end = datetime.fromisoformat(meta["ended"].replace("Z", "+00:00"))
@@ -89,8 +126,8 @@ def show(path: Path, console: Console | None = None) -> int:
     def line(*parts: str | tuple[str, str]) -> None:
         console.print(Text.assemble(*parts), soft_wrap=True)
 
-    nb = load_notebook(path)
-    meta = _dict(nb.metadata.cellgate)
+    nb = notebook_json(path)
+    meta = _dict(nb["metadata"]["cellgate"])
     sandbox = _dict(meta.get("sandbox"))
     line((_field(path.name), "bold"), f"  session {_field(meta.get('session_id', '?'))[:12]}  "
          f"sandbox {_field(sandbox.get('runtime', sandbox.get('isolation', '?')))} "
@@ -102,14 +139,14 @@ def show(path: Path, console: Console | None = None) -> int:
         table.add_column(column)
     failed, total_calls = 0, 0
     decisions: dict[str, int] = {}
-    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    code_cells = [c for c in map(_dict, nb["cells"]) if c.get("cell_type") == "code"]
     for index, cell in enumerate(code_cells, start=1):
-        cg = _dict(cell.metadata.get("cellgate"))
+        cg = _dict(_dict(cell.get("metadata")).get("cellgate"))
         status = _field(cg.get("status"), 40)
         failed += status != "ok"
         calls = _list(cg.get("calls"))
         total_calls += len(calls)
-        source = cell.source if isinstance(cell.source, str) else ""
+        source = _source(cell)
         first = _field(source.strip().splitlines()[0] if source.strip() else "", 60)
         table.add_row(str(index), Text(status, STATUS_STYLE.get(status, "white")), _duration(cell), str(len(calls)),
                       Text(first))
@@ -118,7 +155,7 @@ def show(path: Path, console: Console | None = None) -> int:
             decisions[decision] = decisions.get(decision, 0) + 1
     console.print(table)
     for index, cell in enumerate(code_cells, start=1):
-        cg = _dict(cell.metadata.get("cellgate"))
+        cg = _dict(_dict(cell.get("metadata")).get("cellgate"))
         error = _dict(cg.get("error"))
         if error:
             evalue = str(error.get("evalue", "")).strip().splitlines()

@@ -32,6 +32,14 @@ from typing import Any
 from cellgate.gate._errors import ConfigError
 
 RESERVED = frozenset({"search", "describe", "aio", "ToolError", "ReplayDivergence"})
+# A session without tools says why at the first use of one. No host path: the sandbox gets none (the banner has it).
+NO_TOOLS = (
+    "\n\n_NO_TOOLS = ('no tools are configured (no cellgate.toml in the folder the kernel started in and "
+    "CELLGATE_CONFIG unset, or its [tools] modules list is empty); create one (see README, Configuration), then "
+    "start a new kernel')\n\n\n"
+    "def __getattr__(name: str) -> _t.NoReturn:\n"
+    "    raise AttributeError(f'module {__name__!r} has no attribute {name!r}: {_NO_TOOLS}')\n"
+)
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 _SIMPLE_TYPES = {
@@ -248,6 +256,8 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         + "\n"
         f"__all__ = {sorted(names + [str(result_type_name(t)) for t in tools if result_type_name(t)] + ['search', 'describe', 'aio'] + list(namespaces))!r}\n"
     )
+    if not manifest:
+        init.append(NO_TOOLS)
     aio = ['"""Async twins of the session\'s tools, for asyncio.gather."""\n', header, "\n"]
     typed = sorted({str(result_type_name(t)) for t in tools if result_type_name(t)})
     if typed:

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import functools
 import re
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.text import Text
-
 from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
+from cellgate.gate._startup import defer_slow_imports
 from cellgate.gate._terminal import clean, reveal
 
-if TYPE_CHECKING:  # imported where a command needs it: jupyter_client and the Session are slow to import
+if TYPE_CHECKING:  # imported where a command needs them: `cellgate --help` must not pay for any of these
+    from rich.console import Console
+
     from cellgate.gate.session.session import CellResult
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-err = Console(stderr=True, highlight=False)
+
+
+class _Stderr:
+    """rich's console on stderr, made at first use: importing rich costs more than `cellgate --help` itself."""
+
+    @functools.cached_property
+    def console(self) -> Console:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console.print(*objects, **options)
+
+
+err = _Stderr()
 
 
 def _read_program(name: str) -> str:
@@ -52,14 +66,17 @@ def print_outputs(result: CellResult) -> None:
     sys.stdout.flush()
 
 
-def say(console: Console, *parts: str | tuple[str, str]) -> None:
+def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
     """Print host text (plain strings or (text, style) pairs) and recorded text, never as markup."""
+    from rich.text import Text
+
     console.print(Text.assemble(*((clean(p) if isinstance(p, str) else (clean(p[0]), p[1])) for p in parts)),
                   soft_wrap=True)
 
 
 async def _exec(args: argparse.Namespace) -> int:
     from cellgate.gate.ops.waiting import waiting_notices
+    from cellgate.gate.session.launch import where_it_records
     from cellgate.gate.session.session import Session
 
     programs = [(name, _read_program(name)) for name in args.programs]
@@ -70,6 +87,8 @@ async def _exec(args: argparse.Namespace) -> int:
                        isolation=args.isolation, **overrides) as session, waiting_notices(session):
         if session.sandbox_info.get("isolation") == "none":
             err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
+        for line in where_it_records(session.recorder):
+            say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
             result = await session.execute(code)
@@ -92,7 +111,13 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("--isolation", choices=["gvisor", "none"],
                    help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
     p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
-    p.set_defaults(run=lambda a: asyncio.run(_exec(a)))
+
+    def run(a: argparse.Namespace) -> int:
+        import asyncio
+
+        return asyncio.run(_exec(a))
+
+    p.set_defaults(run=run)
 
 
 def _add_install(sub: Any) -> None:
@@ -138,7 +163,9 @@ def _add_policy(sub: Any) -> None:
     check.add_argument("config", help="the cellgate.toml to check")
 
     def run(a: argparse.Namespace) -> int:
+        from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         from cellgate.gate.calls.policy import decision_table
         from cellgate.gate.calls.registry import ToolRegistry
@@ -187,6 +214,8 @@ def _add_approvals(sub: Any) -> None:
         answer.add_argument("--reason", default="")
 
     def run(a: argparse.Namespace) -> int:
+        from rich.console import Console
+
         from cellgate.gate.calls.approval import describe_full, describe_request
         from cellgate.gate.calls.approval_queue import answer, pending_request, pending_requests, request_from
 
@@ -296,6 +325,7 @@ def _add_replay(sub: Any) -> None:
                         "host WITHOUT gVisor")
 
     def run(a: argparse.Namespace) -> int:
+        import asyncio
         import signal
 
         from cellgate.gate.ops.replay import replay
@@ -320,6 +350,7 @@ def _add_replay(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    defer_slow_imports()
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -330,8 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     _add_approvals(sub)
     _add_audit(sub)
     _add_replay(sub)
-    for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
-        entry.load()(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in sub.choices:  # --help, an extension's command or a typo: list them all
+        from importlib.metadata import entry_points  # ~60 ms: not for the built-in commands
+
+        for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
+            entry.load()(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

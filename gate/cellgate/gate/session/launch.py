@@ -28,7 +28,7 @@ from cellgate.gate.calls.dispatch import CallLog, Dispatcher
 from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
-from cellgate.gate.config import SandboxSettings, Settings, find_config, load_settings
+from cellgate.gate.config import CONFIG_NAME, SandboxSettings, Settings, find_config, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
 from cellgate.gate.sandbox.runsc import Runsc
@@ -143,6 +143,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
             "network": "none",
             "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
         },
+        "config": {"file": settings.source, "base_dir": settings.base_dir},
         "tools": {"manifest": registry.manifest(), "manifest_sha256": registry.manifest_sha256(),
                   "sources": [str(p) for p in tool_paths] + describe_sources(settings)},
         "policy": {"policy": settings.policy.model_dump(mode="json"), "sha256": policy_sha256(settings.policy)},
@@ -151,3 +152,23 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
                      "allow_comms": settings.frontend.allow_comms},
         **extra,
     }
+
+
+def where_it_records(recorder: Recorder) -> list[str]:
+    """The configuration a session runs with and where its record goes, as a person is told them: in the kernel's
+    banner (``relaywire``) and on ``cellgate exec``'s stderr. Host paths: never sent into the sandbox."""
+    config = recorder.metadata.get("config")
+    config = config if isinstance(config, dict) else {}
+    tools = recorder.metadata.get("tools")
+    has_tools = isinstance(tools, dict) and bool(tools.get("manifest"))
+    folder = Path(str(config.get("base_dir") or "."))
+    if config.get("file"):
+        lines = [f"cellgate config: {config['file']}"]
+        if not has_tools:
+            lines.append("no tools are configured: its [tools] modules list is empty (see README, Configuration)")
+    else:
+        lines = [f"cellgate config: none (no {CONFIG_NAME} in {folder}, and CELLGATE_CONFIG is not set)"]
+        if not has_tools:
+            lines.append(f"no tools are configured: create {folder / CONFIG_NAME} with a [tools] modules list "
+                         "(see README, Configuration), then start a new kernel")
+    return [*lines, f"cellgate audit notebook: {recorder.notebook_path}"]

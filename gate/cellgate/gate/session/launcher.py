@@ -38,7 +38,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.manager import AsyncKernelManager
+from cellgate.gate._startup import defer_slow_imports
+
+defer_slow_imports()  # first: nbformat's jsonschema would load its slow format checkers at import (seconds)
+
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from typing_extensions import override
 
 from cellgate.gate._errors import CellgateError, ConfigError, JournalError

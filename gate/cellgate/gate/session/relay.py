@@ -303,7 +303,7 @@ class Relay:
         """A message re-signed for the other side (a kernel's rebuilt and sanitized), or None if it is bad."""
         try:
             if dst is self._front_session:
-                return relaywire.reply_frames(frames, src, dst, self.trusted_mime, MAX_PARSED_CONTENT)
+                return relaywire.reply_frames(frames, src, dst, self.trusted_mime, MAX_PARSED_CONTENT, self.recorder)
             return relaywire.resign(frames, src, dst)
         except Exception as exc:  # hostile or malformed: dropped, journalled
             side = "to-frontend" if dst is self._front_session else "to-kernel"

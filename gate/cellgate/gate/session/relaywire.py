@@ -7,6 +7,11 @@ signature (``resign``). Towards the frontends, nothing of the kernel's frames
 is sent on: each message was parsed by the relay's strict unpacker, its MIME
 bundles are sanitized (``cellgate.gate.audit.sanitize``), and it is serialized
 again and signed with the frontends' key (``iopub_frames``, ``reply_frames``).
+
+The host adds what only it knows to ``kernel_info_reply``: the config file in use and the audit notebook's path,
+in the banner (``jupyter console`` and JupyterLab's consoles print it) and as ``language_info["cellgate"]``
+(nbclient and papermill copy ``language_info`` into the executed notebook's metadata, JupyterLab into a saved
+one's; nbformat's schema allows extra keys there).
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from typing import Any, cast
 
 from jupyter_client.session import Session
 
+from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.sanitize import sanitize_bundle
+from cellgate.gate.session.launch import where_it_records
 from cellgate.gate.session.notices import DISPLAY_PREFIX
 
 DELIM = b"<IDS|MSG>"
@@ -78,8 +85,24 @@ def iopub_frames(msg: dict[str, Any], session: Session, trusted: Iterable[str], 
     return _serialize(msg, content, session, [f"kernel.{msg_type}".encode()], buffers)
 
 
-def sanitize_reply(msg_type: str, content: Any, trusted: Iterable[str]) -> Any:
-    """The MIME bundles a frontend renders from a reply: pager payloads, inspection, rich variables."""
+def kernel_info(content: dict[str, Any], about: Recorder) -> dict[str, Any]:
+    """A kernel_info_reply's content that says where the session records: after the kernel's banner, and as
+    ``language_info["cellgate"]`` (whatever the kernel put there is replaced: only the host knows)."""
+    lines = where_it_records(about)
+    banner = content.get("banner")
+    content["banner"] = "\n".join([banner.rstrip("\n"), *lines] if isinstance(banner, str) and banner else lines)
+    language = content.get("language_info")
+    if isinstance(language, dict):
+        config = about.metadata.get("config")
+        file = config.get("file") if isinstance(config, dict) else None
+        content["language_info"] = {**language, "cellgate": {"audit_notebook": str(about.notebook_path),
+                                                             "config": file if isinstance(file, str) else None}}
+    return content
+
+
+def sanitize_reply(msg_type: str, content: Any, trusted: Iterable[str], about: Recorder | None = None) -> Any:
+    """The MIME bundles a frontend renders from a reply: pager payloads, inspection, rich variables; and where
+    the session of ``about`` records, in a kernel_info_reply."""
     if not isinstance(content, dict):
         return content
     content = dict(content)
@@ -98,6 +121,8 @@ def sanitize_reply(msg_type: str, content: Any, trusted: Iterable[str]) -> Any:
         if isinstance(links, list):
             content["help_links"] = [link for link in links if isinstance(link, dict)
                                      and str(link.get("url", "")).lower().startswith(("https://", "http://"))]
+        if about is not None:
+            content = kernel_info(content, about)
     elif msg_type == "debug_reply":
         body = content.get("body")
         if isinstance(body, dict) and "data" in body:
@@ -106,7 +131,7 @@ def sanitize_reply(msg_type: str, content: Any, trusted: Iterable[str]) -> Any:
 
 
 def reply_frames(frames: list[bytes], src: Session, dst: Session, trusted: Iterable[str],
-                 max_content: int) -> list[bytes]:
+                 max_content: int, about: Recorder | None = None) -> list[bytes]:
     """A kernel's shell, control or stdin message rebuilt for frontends (raises on a bad message,
     and on content over ``max_content`` bytes, which is never parsed)."""
     idents, rest = _checked(frames, src)  # not src.deserialize: the relay may have read it already (replay check)
@@ -116,4 +141,4 @@ def reply_frames(frames: list[bytes], src: Session, dst: Session, trusted: Itera
     if not isinstance(header, dict) or not isinstance(parent, dict):
         raise SignatureError("header or parent header is not an object")
     msg = {"header": header, "parent_header": parent, "metadata": metadata}
-    return _serialize(msg, sanitize_reply(str(header.get("msg_type")), content, trusted), dst, idents)
+    return _serialize(msg, sanitize_reply(str(header.get("msg_type")), content, trusted, about), dst, idents)
