@@ -4,6 +4,7 @@ own is not a cell, `exit` ends the replay, and a long cell can be interrupted.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 from conftest import CELLGATE, COUNTED_TOOLS, interactive_replay
 from conftest import cellgate as run_cellgate
 from jupyter_client import BlockingKernelClient
+
+from cellgate.gate.audit.recorder import journal_path
 
 # The second cell fails after its charge: the cell replay stops at made a call.
 CELLS = ["rows = tools.ledger(300)", "receipt = tools.charge(len(rows))\nprint(rows[0]['customer'])"]
@@ -76,6 +79,9 @@ def test_identical_calls_get_recorded_answers_new_ones_are_refused_and_exit_ends
         ("ledger", "replayed", True)]
     refused = nb.cells[len(CELLS) + 1].metadata.cellgate
     assert refused.status == "error" and refused.error["ename"] == "ReplayDivergence"
+    # `exit` sent a shutdown_request: the kernel's exit was expected, neither a death nor a memory event.
+    events = [json.loads(line).get("event") for line in journal_path(output).read_text().splitlines()]
+    assert "kernel-exited" in events and "kernel-died" not in events and "memory-limit-hit" not in events, events
 
 
 def started(client: BlockingKernelClient, msg_id: str) -> None:

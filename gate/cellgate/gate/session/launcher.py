@@ -207,7 +207,7 @@ class Launcher:
             if trusted:
                 launcher_state.save(self.state_path, LaunchState(str(self.connection_file.resolve()), str(notebook),
                                                                  None))
-            started.service.on_control = self._control
+            started.service.on_shutdown = self._shutdown_requested
             await self.done.wait()
             ending = self._ending()
             if trusted:  # first: the frontend kills a kernel process that takes long to exit
@@ -218,18 +218,9 @@ class Launcher:
         return 1 if ending in ("kernel-died", "kernel-killed") else 0
 
     # -------------------------------------------------------------- the end
-    def _control(self, frames: list[bytes]) -> None:
-        """A frontend's control request (on the relay's thread): a shutdown_request is an expected exit."""
-        try:
-            rest = frames[frames.index(b"<IDS|MSG>") + 1:]
-            if json.loads(rest[1]).get("msg_type") != "shutdown_request":
-                return
-            content = json.loads(rest[4])
-        except Exception:  # signed by a frontend, but odd: the kernel's to judge, and the pump goes on
-            return
-        self.shutdown = content if isinstance(content, dict) else {}
-        if self.provisioner is not None and self.provisioner.service is not None:
-            self.provisioner.service.expect_exit()
+    def _shutdown_requested(self, content: dict[str, Any]) -> None:
+        """A frontend asked the kernel to shut down (on the relay's thread); the relay expects the exit."""
+        self.shutdown = content
 
     def _kernel_ended(self, event: str) -> None:
         self.kernel_end = event

@@ -78,8 +78,8 @@ class Relay:
         self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
         self.bounds = bounds or HostBounds()
         self.front_info = front
-        # Sees each signed control request of a frontend (the launcher watches for shutdown_request).
-        self.on_control: Callable[[list[bytes]], None] | None = None
+        # Told of each frontend's shutdown_request (its content), after the relay expects the exit.
+        self.on_shutdown: Callable[[dict[str, Any]], None] | None = None
         self.dispatcher = dispatcher
         self.recorder = recorder
         self._front_session = signing_session(front["key"])
@@ -279,8 +279,8 @@ class Relay:
                 across = self._across(frames, channel, self._front_session, self.kernel.session)
                 if across is None:
                     continue
-                if channel == "control" and self.on_control is not None:
-                    self.on_control(frames)
+                if channel == "control":
+                    self._seen_on_control(frames)
                 frames = across
             await dst.send_multipart(frames)
 
@@ -298,6 +298,16 @@ class Relay:
                     continue
                 frames = across
             await dst.send_multipart(frames)
+
+    def _seen_on_control(self, frames: list[bytes]) -> None:
+        """A frontend's shutdown_request (an `exit` in jupyter console, a restart or shutdown from any
+        frontend): the kernel's exit that follows is expected, not a death."""
+        content = relaywire.shutdown_content(frames)
+        if content is None:
+            return
+        self.expect_exit()
+        if self.on_shutdown is not None:
+            self.on_shutdown(content)
 
     def _across(self, frames: list[bytes], channel: str, src: Session, dst: Session) -> list[bytes] | None:
         """A message re-signed for the other side (a kernel's rebuilt and sanitized), or None if it is bad."""

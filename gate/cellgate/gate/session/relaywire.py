@@ -17,6 +17,7 @@ one's; nbformat's schema allows extra keys there).
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -142,3 +143,15 @@ def reply_frames(frames: list[bytes], src: Session, dst: Session, trusted: Itera
         raise SignatureError("header or parent header is not an object")
     msg = {"header": header, "parent_header": parent, "metadata": metadata}
     return _serialize(msg, sanitize_reply(str(header.get("msg_type")), content, trusted, about), dst, idents)
+
+
+def shutdown_content(frames: list[bytes]) -> dict[str, Any] | None:
+    """The content of a frontend's shutdown_request (frames already verified with the frontends' key), else None."""
+    try:
+        parts = frames[frames.index(DELIM) + 1:]
+        if json.loads(parts[1]).get("msg_type") != "shutdown_request":
+            return None
+        content = json.loads(parts[4])
+    except (ValueError, IndexError, AttributeError):  # odd but signed: the kernel's to judge
+        return None
+    return content if isinstance(content, dict) else {}
