@@ -28,9 +28,10 @@ def kernel_info(km: KernelManager) -> dict:
     try:
         kc.wait_for_ready(timeout=60)
         msg_id = kc.kernel_info()
-        reply = kc.get_shell_msg(timeout=30)
-        assert reply["parent_header"]["msg_id"] == msg_id
-        return reply["content"]
+        while True:  # wait_for_ready's own kernel_info requests may still be answered first
+            reply = kc.get_shell_msg(timeout=30)
+            if reply["parent_header"]["msg_id"] == msg_id:
+                return reply["content"]
     finally:
         kc.stop_channels()
 
