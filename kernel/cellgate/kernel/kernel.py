@@ -28,6 +28,7 @@ from traitlets import Float
 from typing_extensions import override
 
 from . import outlog, runtime, wire
+from .framestack import with_roomy_stack
 
 THREAD_STACK_BYTES = 2 << 20
 
@@ -69,7 +70,7 @@ def threads_inherit_the_cell() -> None:
     def start(thread: threading.Thread) -> None:
         context = contextvars.copy_context()
         run = thread.run
-        thread.run = lambda: context.run(run)  # type: ignore[method-assign]
+        thread.run = lambda: with_roomy_stack(lambda: context.run(run))  # type: ignore[method-assign]
         original_start(thread)
 
     start._cellgate = True  # type: ignore[attr-defined]
