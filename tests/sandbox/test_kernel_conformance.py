@@ -84,3 +84,21 @@ class TestCellgateKernelConformance(jupyter_kernel_test.KernelTests):
         assert reply is not None and reply["parent_header"]["msg_id"] == msg_id
         assert "echo" in {m.rsplit(".", 1)[-1] for m in reply["content"]["matches"]}
 
+
+    def test_cellgate_a_completion_that_does_not_end_is_stopped_and_the_next_cell_runs(self) -> None:
+        self.flush_channels()
+        reply, _ = self.execute_helper(
+            "class Endless:\n    dir_calls = 0\n    def __dir__(self):\n        Endless.dir_calls += 1\n"
+            "        while Endless.dir_calls == 1:\n            pass\n        return ['attribute']\n\nendless = Endless()")
+        assert reply["content"]["status"] == "ok"
+        msg_id = self.kc.complete("endless.")
+        # Without the kernel's completion deadline this reply never comes (jedi's first dir() never returns).
+        reply = self.get_non_kernel_info_reply(timeout=IOPUB_WAIT)
+        assert reply is not None and reply["parent_header"]["msg_id"] == msg_id
+        # jedi was stopped at the deadline; IPython's own matchers answered (their dir() call returns).
+        assert reply["content"]["status"] == "ok"
+        assert "attribute" in {match.rsplit(".", 1)[-1] for match in reply["content"]["matches"]}
+        self.flush_channels()
+        reply, outputs = self.execute_helper("del endless\nprint('after', Endless.dir_calls)")
+        assert reply["content"]["status"] == "ok"
+        assert [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"] == ["after 2\n"]
