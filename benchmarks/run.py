@@ -309,6 +309,39 @@ async def cli_starts(folder: Path, rounds: int) -> dict[str, list[float]]:
             subprocess.run(argv, capture_output=True, check=True, cwd=folder)
             times[name].append((time.perf_counter() - t) * 1000)
     return times
+async def _shell_reply(kc: Any, msg_id: str) -> float:
+    t = time.perf_counter()
+    while True:
+        reply = await kc.get_shell_msg(timeout=600)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return (time.perf_counter() - t) * 1000
+
+
+async def frontend_requests(rounds: int, samples: int) -> dict[str, dict[str, list[float]]]:
+    """What a person in JupyterLab waits for, on the plain `python3` kernelspec and on `cellgate` (installed
+    kernelspec, sandbox restored from its snapshot image), alternating: the first Tab completion after a
+    start, then completion, inspection and history requests."""
+    out: dict[str, dict[str, list[float]]] = {name: {"first": [], "complete": [], "inspect": [], "history": []}
+                                              for name in ("python3", "cellgate")}
+    for _ in range(rounds):
+        for name, times in out.items():
+            km = AsyncKernelManager(kernel_name=name)
+            await km.start_kernel()
+            kc = km.client()
+            kc.start_channels()
+            try:
+                await kc.wait_for_ready(timeout=120)
+                times["first"].append(await _shell_reply(kc, kc.complete("zi")))
+                for code in ("a = 1", "b = a + 1", "print(b)"):
+                    await kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
+                for _ in range(samples):
+                    times["complete"].append(await _shell_reply(kc, kc.complete("pri")))
+                    times["inspect"].append(await _shell_reply(kc, kc.inspect("zip")))
+                    times["history"].append(await _shell_reply(kc, kc.history(hist_access_type="tail", n=10)))
+            finally:
+                kc.stop_channels()
+                await km.shutdown_kernel(now=True)
+    return out
 
 
 def machine() -> dict:
@@ -319,7 +352,7 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
-SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports", "cli")
+SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports", "cli", "frontend")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -379,6 +412,17 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         rows += [row("CLI: python -c pass (the baseline)", cli["python"]),
                  row("CLI: cellgate --help (target: ratio < 10)", cli["help"], baseline=cli["python"]),
                  row("CLI: cellgate show, Northwind (target < 500)", cli["show"], baseline=cli["python"])]
+    if "frontend" in args.only:
+        fr = await frontend_requests(2 if args.quick else 5, 10 if args.quick else 30)
+        plain, cg = fr["python3"], fr["cellgate"]
+        rows += [row("first completion after start, plain", plain["first"]),
+                 row("first completion after start, cellgate", cg["first"], baseline=plain["first"]),
+                 row("completion, plain", plain["complete"]),
+                 row("completion, cellgate", cg["complete"], baseline=plain["complete"]),
+                 row("inspect, plain", plain["inspect"]),
+                 row("inspect, cellgate", cg["inspect"], baseline=plain["inspect"]),
+                 row("history (tail 10), plain", plain["history"]),
+                 row("history (tail 10), cellgate", cg["history"], baseline=plain["history"])]
     return rows, note
 
 

@@ -3,8 +3,10 @@
 import sys
 
 from . import snapshot
+from .framestack import with_roomy_stack
 
-if __name__ == "__main__":
+
+def main() -> None:
     connection = snapshot.connection_file(sys.argv)
     if connection is not None:
         snapshot.wait_for_connection(connection)  # a snapshot is taken here (see ``snapshot``)
@@ -15,3 +17,7 @@ if __name__ == "__main__":
 
     apply_memory_limit()
     IPKernelApp.launch_instance(kernel_class=CellgateKernel)
+
+
+if __name__ == "__main__":
+    with_roomy_stack(main)

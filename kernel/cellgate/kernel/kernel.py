@@ -28,6 +28,8 @@ from traitlets import Float
 from typing_extensions import override
 
 from . import outlog, runtime, wire
+from .deadline import DeadlineExpired, deadline
+from .framestack import with_roomy_stack
 
 THREAD_STACK_BYTES = 2 << 20
 
@@ -69,7 +71,7 @@ def threads_inherit_the_cell() -> None:
     def start(thread: threading.Thread) -> None:
         context = contextvars.copy_context()
         run = thread.run
-        thread.run = lambda: context.run(run)  # type: ignore[method-assign]
+        thread.run = lambda: with_roomy_stack(lambda: context.run(run))  # type: ignore[method-assign]
         original_start(thread)
 
     start._cellgate = True  # type: ignore[attr-defined]
@@ -133,6 +135,8 @@ class CellgateKernel(IPythonKernel):
     # a few ms per cell. The host ends a cell on the reply *and* the idle status,
     # which follows every output on IOPub, so it needs no sleep.
     _execute_sleep = Float(0.0).tag(config=True)
+    completion_deadline = Float(5.0, help="Seconds a Tab completion may hold the shell (and the cells sent after "
+                                "it) before it is stopped and answered without jedi, or empty").tag(config=True)
     implementation = "cellgate"
     implementation_version = "0.1.0"
     banner = "cellgate: an IPython kernel in a gVisor sandbox; tools calls are gated and recorded"
@@ -191,6 +195,29 @@ class CellgateKernel(IPythonKernel):
             sys.stdout.flush()
             sys.stderr.flush()
         return {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
+
+    @override
+    async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, Any]:
+        """IPython's completion (jedi first), stopped at ``completion_deadline``; then IPython's own matchers alone
+        under the same deadline, then no matches: the cells behind it wait a bounded time."""
+        assert self.shell is not None
+        completer = self.shell.Completer
+        use_jedi = completer.use_jedi
+        try:
+            for jedi in dict.fromkeys((use_jedi, False)):
+                completer.use_jedi = jedi
+                try:
+                    with deadline(self.completion_deadline) as limit:
+                        reply: dict[str, Any] = super().do_complete(code, cursor_pos)  # type: ignore[no-untyped-call]
+                except DeadlineExpired:
+                    pass
+                if not limit.expired:
+                    return reply
+                self.log.warning("completion (jedi: %s) stopped after %.1f s", jedi, self.completion_deadline)
+        finally:
+            completer.use_jedi = use_jedi
+        position = len(code) if cursor_pos is None else cursor_pos
+        return {"matches": [], "cursor_start": position, "cursor_end": position, "metadata": {}, "status": "ok"}
 
     def _preload_tools(self) -> None:
         if self.shell is None:

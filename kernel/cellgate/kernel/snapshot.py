@@ -35,6 +35,22 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass  # optional parts (debugpy, RestrictedPython) load later if at all
+    warm_completer()
+
+
+def warm_completer() -> None:
+    """Have jedi parse what every completion needs (builtins, typing stubs), so the image holds it parsed.
+
+    parso keeps parsed modules in memory, keyed by path and checked against
+    the file's mtime, and the restored sandbox sees the same files: its first
+    Tab completion then takes as long as later ones (measured in gVisor:
+    4 s cold, 0.1 s warm).
+    """
+    try:
+        import jedi  # type: ignore[import-untyped]
+    except ImportError:
+        return
+    jedi.Interpreter("zi", [{}]).complete()
 
 
 def wait_for_connection(connection_file: str) -> None:

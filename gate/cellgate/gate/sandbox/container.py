@@ -196,7 +196,7 @@ class Sandbox:
             sys.executable,
             "-m", "cellgate.kernel",
             "-f", oci.CONNECTION_FILE if self.config.isolation == "gvisor" else str(self.path("conn", "kernel.json")),
-            "--HistoryManager.enabled=False",
+            "--HistoryManager.hist_file=:memory:",  # history in the kernel's memory: never a file, host or sandbox
             "--IPKernelApp.parent_handle=0",
         ]
         if self.config.isolation == "gvisor":
@@ -282,7 +282,7 @@ class Sandbox:
                                   self.config.restricted)))
             env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
-            env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = str(self.path("log"))
+            env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = env["XDG_CACHE_HOME"] = str(self.path("log"))
             env[wire.ENV_OUTPUT_LOG] = str(self.path("ipc", oci.OUTPUT_LOG))
             cwd = str(self.path("log"))
         self.process = subprocess.Popen(
