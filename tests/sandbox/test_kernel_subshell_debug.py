@@ -1,6 +1,7 @@
-"""What the kernel advertises (``supported_features``: kernel subshells, debugger) works in the sandbox, gated and
-recorded: a subshell's cell runs alongside a main-shell cell, and the Debug Adapter Protocol stops a cell at a
-breakpoint. One kernel, started from the installed `cellgate` kernelspec, serves the module."""
+"""What the kernel advertises works in the sandbox, gated and recorded: the Debug Adapter Protocol stops a cell at
+a breakpoint. Subshells are not advertised: the host records and gates one running cell at a time, so it refuses
+a cell sent to a subshell, and the session goes on. One kernel, from the installed `cellgate` kernelspec, serves
+the module."""
 
 from __future__ import annotations
 
@@ -50,12 +51,6 @@ def kc(audit_dir: Path) -> Iterator[BlockingKernelClient]:
     yield from start_kernel()
 
 
-@pytest.fixture()
-def subshell_kc(audit_dir: Path) -> Iterator[BlockingKernelClient]:
-    """A kernel of its own: today a subshell's cell leaves the session's cell queue stuck (see the xfail)."""
-    yield from start_kernel()
-
-
 def recorded_cells(audit_dir: Path) -> dict[str, Any]:
     """The cells of the module's audit notebooks (one per kernel), by source."""
     return {cell.source: cell for path in sorted(audit_dir.glob("*.ipynb"))
@@ -89,34 +84,41 @@ def replies(kc: BlockingKernelClient, msg_ids: set[str]) -> dict[str, dict[str, 
     return got
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the host keeps one running cell, FIFO (session/cells.py): a subshell's cell runs beside it, its call claims "
-    "its own cell and is refused as late work, and the queue then waits on the subshell's cell for good, so every "
-    "later cell's calls are refused too and those cells are recorded as killed (issue 19)"))
-def test_a_subshell_cell_runs_beside_a_main_cell_and_each_call_is_recorded_with_its_own_cell(
-        subshell_kc: BlockingKernelClient, audit_dir: Path) -> None:
-    kc = subshell_kc
-    subshell = control(kc, "create_subshell_request", {})["content"]
+def test_subshells_are_not_offered_and_a_cell_sent_to_one_is_refused_and_recorded(
+        kc: BlockingKernelClient, audit_dir: Path) -> None:
+    # A cell on a subshell would run beside the main shell's, outside the host's one-cell-at-a-time record: until
+    # the host tracks a running cell per subshell (issue 19), it refuses them, and says so.
+    kc.kernel_info()
+    info = kc.get_shell_msg(timeout=WAIT)
+    while info["msg_type"] != "kernel_info_reply":
+        info = kc.get_shell_msg(timeout=WAIT)
+    assert "kernel subshells" not in info["content"].get("supported_features", []), info["content"]
+    subshell = control(kc, "create_subshell_request", {})["content"]  # the kernel's own business: harmless
     assert subshell["status"] == "ok", subshell
-    setup = execute(kc, "import threading\nsubshell_ran = threading.Event()")
-    assert replies(kc, {setup})[setup]["content"]["status"] == "ok"
-    # The main cell can finish only once the subshell's cell has run: they overlap.
-    main_code = "first = tools.echo('main')\nassert subshell_ran.wait(60)\nprint(first, tools.echo('main again'))"
-    sub_code = "try:\n    print(tools.echo('subshell'))\nfinally:\n    subshell_ran.set()"
+    sub_code = "print(tools.echo('subshell'))"
     after_code = "print(tools.echo('after'))"
-    main = execute(kc, main_code)
     sub = execute(kc, sub_code, subshell_id=subshell["subshell_id"])
-    done = replies(kc, {main, sub})
+    refused = replies(kc, {sub})[sub]["content"]
+    assert (refused["status"], refused["ename"]) == ("error", "SubshellUnsupported"), refused
     control(kc, "delete_subshell_request", {"subshell_id": subshell["subshell_id"]})
     after = execute(kc, after_code)
-    done.update(replies(kc, {after}))
-    assert {done[m]["content"]["status"] for m in (main, sub, after)} == {"ok"}, [done[m]["content"] for m in done]
+    assert replies(kc, {after})[after]["content"]["status"] == "ok"
+    recorded_when_idle(kc, after)
 
     cells = recorded_cells(audit_dir)
-    calls = {source: [c["args"]["text"] for c in cells[source].metadata.cellgate.calls]
-             for source in (main_code, sub_code, after_code)}
-    assert calls == {main_code: ["main", "main again"], sub_code: ["subshell"], after_code: ["after"]}
-    assert {cells[source].metadata.cellgate.status for source in calls} == {"ok"}
+    assert cells[sub_code].metadata.cellgate.status == "rejected"
+    assert cells[sub_code].metadata.cellgate.get("calls", []) == []
+    assert [c["args"]["text"] for c in cells[after_code].metadata.cellgate.calls] == ["after"]
+    assert cells[after_code].metadata.cellgate.status == "ok"
+
+
+def recorded_when_idle(kc: BlockingKernelClient, msg_id: str) -> None:
+    """The relay forwards a cell's idle status only after it recorded the cell: wait for it."""
+    while True:
+        msg = kc.get_iopub_msg(timeout=WAIT)
+        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"):
+            return
 
 
 def debug(kc: BlockingKernelClient, command: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -171,6 +173,7 @@ def test_the_debugger_stops_a_cell_at_a_breakpoint_and_the_cell_completes_gated_
     reply = replies(kc, {cell})[cell]
     assert reply["content"]["status"] == "ok", reply["content"]
     debug(kc, "disconnect", {"restart": False, "terminateDebuggee": False})
+    recorded_when_idle(kc, cell)
     recorded = recorded_cells(audit_dir)[code]
     assert recorded.metadata.cellgate.status == "ok"
     assert [c["args"]["text"] for c in recorded.metadata.cellgate.calls] == ["before", "after"]

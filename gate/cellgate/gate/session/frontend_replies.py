@@ -29,6 +29,12 @@ def restricted(problems: list[str]) -> dict[str, Any]:
     return failure("RestrictedCompileError", evalue)
 
 
+def on_subshell() -> dict[str, Any]:
+    return failure("SubshellUnsupported", "cellgate runs cells on the kernel's main shell only: a cell on a kernel "
+                                          "subshell would run outside the host's one-cell-at-a-time record and gate "
+                                          "(issue 19); run it without a subshell_id")
+
+
 def audit_unavailable(problem: str) -> dict[str, Any]:
     return failure("AuditUnavailable", f"{problem}; cellgate does not run a cell it cannot record: the operator "
                                        "must fix the audit storage")

@@ -88,22 +88,26 @@ class Taps:
                 future.set_exception(SessionError(error["evalue"]))
             self.tasks.spawn(self._answer(request.header, request.idents, error))
             return False
+        if msg["header"].get("subshell_id") is not None:
+            # The host records and gates one running cell at a time; a subshell's cell would run beside it.
+            self._reject(record, request, frontend_replies.on_subshell(), "subshell")
+            return False
         if self.restricted:
             problems = restricted.check(code)  # compile only: nothing of the program runs on the host
             if problems:
-                self._reject(record, request, problems)
+                self._reject(record, request, frontend_replies.restricted(problems), "restricted")
                 return False
         self.cells.add(record, request)
         return True
 
-    def _reject(self, record: CellRecord, request: FrontendRequest, problems: list[str]) -> None:
-        """Restricted mode refused the program: record it as `rejected` and answer the frontend; the kernel never sees it."""
-        error = frontend_replies.restricted(problems)
+    def _reject(self, record: CellRecord, request: FrontendRequest, error: dict[str, Any], limit: str) -> None:
+        """The host refused the cell (restricted mode, a subshell): record it as `rejected` and answer the
+        frontend; the kernel never sees it."""
         try:
             self.recorder.cell_started(record)
             self.recorder.output(record, {"output_type": "error",
                                           **{k: error[k] for k in ("ename", "evalue", "traceback")}})
-            self.recorder.cell_ended(record, "rejected", ["restricted"],
+            self.recorder.cell_ended(record, "rejected", [limit],
                                      {"ename": error["ename"], "evalue": error["evalue"]})
         except Exception as exc:
             self.events.failure(exc)
