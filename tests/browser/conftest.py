@@ -29,16 +29,18 @@ def install_kernelspecs(prefix: Path) -> Path:
 @pytest.fixture(scope="session")
 def lab(runsc: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One real JupyterLab for every browser test: the cellgate and python3 kernels, terminals on,
-    the kernel's audit notebooks outside its root. Tests shut down the kernels they start.
+    the audit notebooks of kernels started in its root outside it. Tests shut down the kernels they start.
 
     Teardown shuts every kernel down through the API before stopping the server,
     so no gVisor sandbox outlives the run (tests/conftest.py fails a run that leaks one).
     """
     base = tmp_path_factory.mktemp("lab")
     jupyter_path = install_kernelspecs(base / "prefix")
-    config = base / "cellgate.toml"
-    config.write_text(f'[audit]\ndir = "{base / "audit"}"\n')
-    env = {"JUPYTER_PATH": str(jupyter_path), "CELLGATE_CONFIG": str(config)}
+    # The server's root holds the config (no CELLGATE_CONFIG), as a user's folder would: a kernel started in a
+    # subfolder reads that folder's own cellgate.toml.
+    (base / "root").mkdir()
+    (base / "root" / "cellgate.toml").write_text(f'[audit]\ndir = "{base / "audit"}"\n')
+    env = {"JUPYTER_PATH": str(jupyter_path)}
     with jupyter_lab(base, env) as server:
         yield server
 

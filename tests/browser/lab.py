@@ -137,7 +137,7 @@ class Lab:
 def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> Iterator[Lab]:
     """Start ``jupyter lab`` with its folders under ``base``; stop it (kernels first) on exit."""
     root = base / "root"
-    root.mkdir()
+    root.mkdir(exist_ok=True)  # the caller may have put files in it
     token = secrets.token_hex(16)
     port = free_port()
     log = base / "jupyter-lab.log"
@@ -241,3 +241,24 @@ def menu_command(driver: WebDriver, menu: str, command: str) -> None:
 
 def output_texts(driver: WebDriver) -> str:
     return "\n".join(e.text for e in find(driver, ".jp-OutputArea-output"))
+
+
+def cell_output(driver: WebDriver, index: int) -> str:
+    """The text of the outputs of the notebook's cell ``index`` as the page shows them ('' if none yet)."""
+    cells = find(driver, ".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    if index >= len(cells):
+        return ""
+    try:
+        return "\n".join(e.text for e in cells[index].find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output"))
+    except WebDriverException:  # re-rendered under us: the next poll looks again
+        return ""
+
+
+def accept_dialog(driver: WebDriver, title: str) -> None:
+    """Wait for JupyterLab's dialog titled ``title`` and press its accept button, as a user would."""
+    def dialog() -> list[WebElement]:
+        return [d for d in find(driver, ".jp-Dialog") if title in d.text]
+
+    wait_for(dialog, 30, f"the {title!r} dialog", show=lambda: [d.text for d in find(driver, ".jp-Dialog")])
+    dialog()[0].find_element(By.CSS_SELECTOR, ".jp-Dialog-button.jp-mod-accept").click()
+    wait_for(lambda: not dialog(), 30, f"the {title!r} dialog to close")
