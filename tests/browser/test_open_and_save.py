@@ -63,10 +63,17 @@ def test_a_notebook_opened_and_saved_in_jupyterlab_still_verifies(
         # As a reviewer would: open it (its kernel starts, language_info arrives), look, press Ctrl+S.
         assert open_notebook(browser, lab, notebook.name)["name"] == "cellgate"
         wait_for(lambda: "total 42" in output_texts(browser), 30, "the recorded output on screen")
-        find(browser, ".jp-NotebookPanel .jp-Cell")[0].click()
-        ActionChains(browser).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
-        saved = wait_for(lambda: notebook.read_text() != recorded and notebook.read_text(), 60,
-                         "JupyterLab to save the notebook")
+
+        def save_with_kernel_info() -> str | None:
+            # The page learns the kernel's language_info a moment after the server reports the kernel idle
+            # (more so through the kernelspec's launcher): press Ctrl+S until a save carries it.
+            find(browser, ".jp-NotebookPanel .jp-Cell")[0].click()
+            ActionChains(browser).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+            text = notebook.read_text()
+            saved_info = json.loads(text)["metadata"].get("language_info", {}) if text != recorded else {}
+            return text if saved_info.get("version") else None
+
+        saved = wait_for(save_with_kernel_info, 60, "JupyterLab to save the notebook with the kernel's info", every=1)
     finally:
         lab.shutdown_kernels()
     assert json.loads(saved)["metadata"]["language_info"].get("version"), "saved before the kernel's info arrived"
