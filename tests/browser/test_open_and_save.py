@@ -76,7 +76,6 @@ def test_a_notebook_opened_and_saved_in_jupyterlab_still_verifies(
         saved = wait_for(save_with_kernel_info, 60, "JupyterLab to save the notebook with the kernel's info", every=1)
     finally:
         lab.shutdown_kernels()
-    assert json.loads(saved)["metadata"]["language_info"].get("version"), "saved before the kernel's info arrived"
     changes = list(differences(json.loads(recorded), json.loads(saved)))
     print(f"JupyterLab's save rewrote the file; {len(changes)} JSON-level changes besides layout:\n"
           + "\n".join(changes[:12]))
