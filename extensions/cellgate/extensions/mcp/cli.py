@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from typing import Any
 
 
@@ -13,28 +14,54 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--config", help="cellgate.toml (tools, MCP servers behind it, policy, sandbox)")
     serve.add_argument("--tools", nargs="+", default=[], metavar="FILE", help="Python files whose functions are tools")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="http: the address to listen on (other than loopback only with [mcp.auth])")
     serve.add_argument("--port", type=int, default=8000, help="http: the port (the endpoint is /mcp)")
+    serve.add_argument("--certfile", help="http: serve HTTPS with this PEM certificate (chain); needs --keyfile")
+    serve.add_argument("--keyfile", help="http: the PEM private key of --certfile")
     serve.add_argument("--max-sessions", type=int, default=8, help="sandboxed sessions at once")
     serve.add_argument("--idle-timeout", type=float, default=1800, help="seconds before an unused session ends")
     serve.add_argument("--isolation", choices=("gvisor", "none"), help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
 
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     from cellgate.gate import ConfigError, find_config, load_settings
 
-    from .serve import build_server
+    from .config import McpConfig
 
     if args.max_sessions < 1 or args.idle_timeout <= 0:
         raise ConfigError("--max-sessions must be at least 1 and --idle-timeout above 0")
     config = find_config(args.config)
     settings = load_settings(config)
+    url = None
+    if args.transport == "http":
+        if settings.section("mcp", McpConfig).auth is None and not loopback(args.host):
+            where = f"{config} has no [mcp.auth]" if config else "no cellgate.toml was found (so no [mcp.auth])"
+            raise ConfigError(
+                f"--host {args.host} would let anyone who reaches it run code and call your tools with your "
+                f"credentials, and {where}; configure [mcp.auth] (JWT access tokens from your authorization server, "
+                "or static tokens in a file), or listen on 127.0.0.1")
+        if bool(args.certfile) != bool(args.keyfile):
+            raise ConfigError("--certfile and --keyfile go together: give both to serve HTTPS, or neither")
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        url = f"{'https' if args.certfile else 'http'}://{host}:{args.port}/mcp"
+    from .serve import build_server, run_http
+
     options = {"config": str(config) if config else None, "tools": args.tools, "isolation": args.isolation}
     server = build_server(settings, options, single_client=args.transport == "stdio",
-                          max_sessions=args.max_sessions, idle_timeout=args.idle_timeout)
+                          max_sessions=args.max_sessions, idle_timeout=args.idle_timeout, url=url)
     if args.transport == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        run_http(server, args.host, args.port, args.certfile, args.keyfile)
     return 0
