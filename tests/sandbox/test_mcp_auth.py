@@ -117,13 +117,23 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     issuer = Issuer()
     tokens = {name: secrets.token_urlsafe(32) for name in ("alice", "bob")}
     (folder / "tokens").write_text("# principal token\n" + "".join(f"{n} {t}\n" for n, t in tokens.items()))
+    (folder / "ops.py").write_text('def deploy() -> str:\n    """Deploy."""\n    return "deployed"\n')
     log_path = folder / "serve.log"
     log = log_path.open("w")
 
     def start(port: int) -> subprocess.Popen[str]:
         (folder / "cellgate.toml").write_text(f"""
+[tools]
+modules = ["ops.py"]
 [audit]
 dir = "runs"
+[policy.tools.deploy]
+decision = "deny"
+[[policy.tools.deploy.rules]]
+name = "alice deploys"
+when = {{}}
+principals = ["alice"]
+decision = "allow"
 [mcp.auth]
 resource = "https://127.0.0.1:{port}/mcp"
 issuer = "{issuer.url}"
@@ -229,8 +239,8 @@ def test_sessions_belong_to_their_principal_and_quotas_hold_each_principal_alone
 
     async def scenario() -> None:
         async with served.client(tokens["alice"]) as alice, served.client(tokens["bob"]) as bob:
-            first = await execute(alice, "x = 'alice-secret'\nprint('hi')")
-            assert text_of(first) == "hi\n" and first.is_error is False, text_of(first)
+            first = await execute(alice, "x = 'alice-secret'\nprint(tools.deploy())")
+            assert text_of(first) == "deployed\n" and first.is_error is False, text_of(first)
             handle = first.structured_content["session"]
             made_up = secrets.token_urlsafe(16)  # the same length as a real handle
 
@@ -264,8 +274,11 @@ def test_sessions_belong_to_their_principal_and_quotas_hold_each_principal_alone
                 second_session) and "sessions = 1" in text_of(second_session), text_of(second_session)
 
             # Bob is not held by Alice's limits, only by his own: two calls an hour.
-            mine = await execute(bob, "y = 2\nprint(y)")
-            assert text_of(mine) == "2\n", text_of(mine)
+            # The policy rule that names Alice does not apply to Bob: deploy is denied in his session.
+            mine = await execute(bob, "y = 2\ntry:\n    tools.deploy()\nexcept tools.ToolDenied as e:\n    print(e)\n"
+                                      "print(y)")
+            assert "denied by policy rule tools.deploy.decision" in text_of(mine), text_of(mine)
+            assert text_of(mine).endswith("2\n"), text_of(mine)
             assert text_of(await execute(bob, "print(y + 1)", mine.structured_content["session"])) == "3\n"
             over = await execute(bob, "print(y)", mine.structured_content["session"])
             assert over.is_error and "principal 'bob' has made 2 execute_python calls in the last hour" in text_of(

@@ -70,7 +70,8 @@ class Sessions:
 
     async def _new_session(self, owner: Principal | None) -> Session:
         session = await self.pool.acquire() if self.pool is not None else await Session(**self.options).start()
-        if owner is not None:  # a pooled sandbox started before anyone asked: its owner is recorded when claimed
+        if owner is not None:  # a pooled sandbox started before anyone asked: its owner is set when claimed
+            session.claim(owner.name)
             session.recorder.event(PRINCIPAL_EVENT, sync=True, principal=owner.record())
             session.recorder.write_notebook()
         return session

@@ -138,6 +138,7 @@ class Dispatcher:
         self.session_id = session_id
         self.call_timeout = call_timeout
         self.counters = Counters()
+        self.principal: str | None = None  # whom the session acts for (Session.claim), for rules naming principals
         self._seq = itertools.count(first_seq)
         self._seen_ids: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgate-tool")
@@ -252,7 +253,7 @@ class Dispatcher:
             where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
             raise CallFailed("invalid", f"tool {tool.name!r}: argument {where}: {error.message}")
         call = Call(tool=tool.name, args=request.args, arg_bytes=len(canonical_json(request.args).encode()),
-                    source_default=tool.default_decision)
+                    source_default=tool.default_decision, principal=self.principal)
         verdict = evaluate(call, self.policy, self.counters, time.monotonic())
         record.rule = verdict.rule
         if verdict.kind != "ok":

@@ -45,6 +45,9 @@ class Rule(StrictModel):
     name: str | None = None
     when: dict[str, Any] = Field(description="JSON Schema matched against the call's arguments")
     decision: Decision
+    # Only for the sessions of these principals (cellgate mcp serve's [mcp.auth]); left out of the recorded policy
+    # and its digest when absent, so a policy that names none records as it always did.
+    principals: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("when")
     @classmethod
@@ -114,6 +117,7 @@ class Call:
     arg_bytes: int
     # What the tool's source says when the policy is silent (e.g. MCP readOnlyHint -> allow).
     source_default: Decision | None = None
+    principal: str | None = None  # whom the session acts for (Session.claim), for rules naming principals
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,7 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float) -> Verd
                            kind="rate_limited", limit=parse_rate(entry.rate)[0])
     if entry is not None:
         for index, rule in enumerate(entry.rules):
-            if _matches(rule.when, call.args):
+            if (rule.principals is None or call.principal in rule.principals) and _matches(rule.when, call.args):
                 label = f"tools.{call.tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
                 return _decided(rule.decision, label)
         if entry.decision is not None:
@@ -228,7 +232,8 @@ def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, 
         named = entry.decision if entry and entry.decision else None
         from_source = (source_defaults or {}).get(tool)
         base = named or (f"{from_source} (the tool's default)" if from_source else None) or policy.default
-        rules = "; ".join(f"{r.name or f'rules[{i}]'}: {json.dumps(r.when, sort_keys=True)} -> {r.decision}"
+        rules = "; ".join(f"{r.name or f'rules[{i}]'}: {json.dumps(r.when, sort_keys=True)}"
+                          f"{f' for {r.principals}' if r.principals is not None else ''} -> {r.decision}"
                           for i, r in enumerate(entry.rules)) if entry else ""
         rows.append({
             "tool": tool, "decision": base, "rules": rules,

@@ -255,6 +255,14 @@ class Session:
     def policy(self) -> Policy:
         return self.provisioner.started.settings.policy
 
+    def claim(self, principal: str) -> None:
+        """Whom this session acts for (``cellgate mcp serve``'s authenticated principal), said once, before its
+        first cell: policy rules that name ``principals`` match its calls from then on."""
+        dispatcher = self.provisioner.started.service.dispatcher
+        if dispatcher.principal not in (None, principal):
+            raise SessionError(f"this session acts for {dispatcher.principal!r}, not {principal!r}")
+        dispatcher.principal = principal
+
     async def call_tool(self, tool: str, args: dict[str, Any]) -> DirectResult:
         """Call a tool from the host, as a model's direct tool use: gated and recorded as a ``direct`` cell."""
         return await asyncio.wrap_future(self.provisioner.started.service.call_direct(tool, args))
