@@ -138,6 +138,10 @@ class Verifier:
             return None
         try:
             return await self._jwt(token, self._jwks)
+        except jwt.PyJWKClientConnectionError as exc:  # every JWT is refused until the issuer answers again
+            _log.warning("refused a bearer token: the issuer's JWKS (%s) cannot be fetched: %s", self.auth.jwks_url,
+                         exc)
+            return None
         except jwt.PyJWTError as exc:  # a bad token is a 401, whatever is wrong with it; the log says what
             _log.info("refused a bearer token: %s", exc)
             return None
