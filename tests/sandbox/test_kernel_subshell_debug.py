@@ -36,6 +36,11 @@ def audit_dir(tmp_path_factory: pytest.TempPathFactory, runsc: object, approvals
         patch.setenv("JUPYTER_PATH", str(folder / "prefix" / "share" / "jupyter"))
         patch.setenv("CELLGATE_CONFIG", str(config))
         yield folder / "audit"
+    notebooks = sorted((folder / "audit").glob("*.ipynb"))
+    assert notebooks
+    for notebook in notebooks:  # the kernel is shut down: its record is complete
+        verified = cellgate("verify", str(notebook), timeout=120)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def start_kernel() -> Iterator[BlockingKernelClient]:
@@ -151,8 +156,8 @@ def test_a_subshell_cell_runs_beside_a_main_cell_each_with_its_own_calls_budget_
     control(kc, "delete_subshell_request", {"subshell_id": subshell})
     assert subshell not in control(kc, "list_subshell_request", {})["content"]["subshell_id"]
 
-    notebook = [cell for path in sorted(audit_dir.glob("*.ipynb"))
-                for cell in nbformat.read(path, as_version=4).cells if cell.source in (main_code, sub_code)]
+    (path,) = audit_dir.glob("*.ipynb")
+    notebook = [cell for cell in nbformat.read(path, as_version=4).cells if cell.source in (main_code, sub_code)]
     assert [(c.cell_type, c.source) for c in notebook] == [("code", main_code), ("code", sub_code)]  # as started
     main_cell, sub_cell = (c.metadata.cellgate for c in notebook)
     assert "subshell" not in main_cell and sub_cell.subshell == subshell
