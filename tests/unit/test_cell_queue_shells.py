@@ -12,8 +12,10 @@ from typing import Any
 
 import nbformat
 import pytest
+from typing_extensions import override
 
 from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver
 from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.protocol import CallRequest
@@ -50,10 +52,37 @@ def recorder(tmp_path: Path) -> Iterator[Recorder]:
     recorder.close()
 
 
-def queue_of(recorder: Recorder, timeouts: CellTimeouts = CellTimeouts()) -> tuple[CellQueue, list[dict[str, Any]]]:
+class HeldApprover(Approver):
+    """Holds every request until the test answers it (``answer``), or its cell withdraws it."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, asyncio.Future[ApprovalAnswer]] = {}  # by the call's seq
+        self.asked = asyncio.Event()
+
+    @override
+    async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.waiting[request.seq] = asyncio.get_running_loop().create_future()
+        self.asked.set()
+        return await self.waiting[request.seq]
+
+    @override
+    def withdraw(self, request: ApprovalRequest, reason: str) -> None:
+        self.waiting.pop(request.seq).cancel()
+
+    async def next_request(self) -> None:
+        await asyncio.wait_for(self.asked.wait(), 10)
+        self.asked.clear()
+
+
+def queue_of(recorder: Recorder, timeouts: CellTimeouts = CellTimeouts(),
+             approver: Approver | None = None) -> tuple[CellQueue, list[dict[str, Any]]]:
     echo = Tool("echo", "", {"type": "object", "properties": {"text": {"type": "string"}}}, lambda text: text)
-    policy = Policy.model_validate({"default": "allow", "tools": {"echo": {"max_calls_per_cell": 1}}})
-    dispatcher = Dispatcher(ToolRegistry([echo]), log=recorder, policy=policy)
+    policy = Policy.model_validate({"default": "allow", "tools": {"echo": {"max_calls_per_cell": 1},
+                                                                  "add": {"decision": "approve"}}})
+    add = Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer"}}}, lambda a: a + 1)
+    dispatcher = Dispatcher(ToolRegistry([echo, add]), log=recorder, policy=policy, approver=approver)
     answered: list[dict[str, Any]] = []
 
     async def sent() -> None:
@@ -115,6 +144,7 @@ def test_each_shell_runs_its_own_head_and_a_claim_counts_only_for_a_running_cell
         assert [run.record.msg_id for run in cells.heads()] == ["main-b"]
         end(cells, "main-b")
         assert not cells
+        cells.dispatcher.close()
 
     asyncio.run(scenario())
     recorder.write_notebook()
@@ -128,6 +158,37 @@ def test_each_shell_runs_its_own_head_and_a_claim_counts_only_for_a_running_cell
 
 def journal(recorder: Recorder) -> list[dict[str, Any]]:
     return [json.loads(line) for line in recorder.journal.path.read_text().splitlines()]
+
+
+def test_an_approval_waiting_in_a_subshell_cell_dies_with_that_cell_and_the_main_cells_request_waits_on(
+        recorder: Recorder) -> None:
+    async def scenario() -> list[Any]:
+        approver = HeldApprover()
+        cells, _ = queue_of(recorder, approver=approver)
+        cells.kernel = Kernel()
+        cells.subshells.may_create("create-1")
+        cells.subshells.created("create-1", {"status": "ok", "subshell_id": "sub"})
+        send(cells, recorder, "main-a")
+        send(cells, recorder, "sub-b", "sub")
+        calls = []
+        for call_id, msg_id in (("m", "main-a"), ("s", "sub-b")):
+            run = cells.running_cell(msg_id)
+            assert run is not None
+            request = CallRequest(id=call_id, tool="add", args={"a": 1}, cell=msg_id)
+            calls.append(asyncio.ensure_future(cells.dispatcher.serve(request, run.scope())))
+            await approver.next_request()
+        end(cells, "sub-b")  # the subshell's cell ends while its call waits for a person
+        sub_call = await asyncio.wait_for(calls[1], 10)
+        assert not calls[0].done() and list(approver.waiting) == [1]  # the main cell's request still waits
+        approver.waiting[1].set_result(ApprovalAnswer("allow", "held", "", 0.0))
+        main_call = await asyncio.wait_for(calls[0], 10)
+        end(cells, "main-a")
+        cells.dispatcher.close()
+        return [(outcome.record.decision, outcome.reply.ok) for outcome in (main_call, sub_call)]
+
+    assert asyncio.run(scenario()) == [("approved", True), ("approval-withdrawn", False)]
+    withdrawn = [r for r in journal(recorder) if r["event"] == "approval-withdrawn"]
+    assert [(r["msg_id"], r["tool"]) for r in withdrawn] == [("sub-b", "add")]
 
 
 def test_a_subshell_cell_past_its_timeout_is_not_interrupted_but_stopped_with_the_kernel(recorder: Recorder) -> None:
