@@ -183,7 +183,8 @@ def _budget(limit: int | None, count: int, rule: str, what: str) -> Verdict | No
 
 def evaluate(call: Call, policy: Policy, counters: Counters, now: float, cell: CellCounts | None = None) -> Verdict:
     """Decide one call (per-cell budgets against ``cell`` when given). Pure: reads its arguments, changes nothing."""
-    cell_calls, per_tool_cell = (counters.cell, counters.per_tool_cell) if cell is None else (cell.calls, cell.per_tool)
+    cell_calls, per_tool_cell = ((counters.cell, counters.per_tool_cell) if cell is None
+                                 else (cell.calls, cell.per_tool))
     if call.arg_bytes > policy.max_arg_bytes:
         return Verdict("deny", "max_arg_bytes",
                        f"arguments of {call.arg_bytes} bytes exceed the {policy.max_arg_bytes} byte limit",

@@ -2,8 +2,8 @@
 
 Each request (or each call of a batch) is parsed strictly (``protocol``),
 attributed to the running cell it names (``CellQueue.attribute``: with
-subshells several cells run at once), and handed to the ``Dispatcher`` (admission,
-then decision, run and record). Replies ready in the same loop turn go to the
+subshells several cells run at once), and handed to the ``Dispatcher``
+(admission, then decision, run and record). Replies ready in the same loop turn go to the
 kernel as one control message: every control message costs the kernel a
 busy/idle round on IOPub, which inside gVisor dominates a call, so batching
 keeps parallel calls parallel. While a call waits for a person, the cell's
