@@ -1,10 +1,10 @@
 """What the kernel advertises works in the sandbox, gated and recorded: the Debug Adapter Protocol stops a cell at
-a breakpoint. Subshells are not advertised: the host records and gates one running cell at a time, so it refuses
-a cell sent to a subshell, and the session goes on. One kernel, from the installed `cellgate` kernelspec, serves
-the module."""
+a breakpoint, and a cell on a kernel subshell runs beside a main-shell cell, each with its own calls, budget and
+approvals. One kernel, from the installed `cellgate` kernelspec, serves the module."""
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 from collections.abc import Iterator
@@ -16,21 +16,31 @@ import pytest
 from conftest import SAMPLE_TOOLS, cellgate
 from jupyter_client import BlockingKernelClient, KernelManager
 
+from cellgate.gate.session.notices import DISPLAY_PREFIX
+from cellgate.gate.session.subshells import MAX_SUBSHELLS
+
 WAIT = 120.0
 
 
 @pytest.fixture(scope="module")
-def audit_dir(tmp_path_factory: pytest.TempPathFactory, runsc: object) -> Iterator[Path]:
+def audit_dir(tmp_path_factory: pytest.TempPathFactory, runsc: object, approvals: Path) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("subshell-debug")
     done = cellgate("install", "--prefix", str(folder / "prefix"), check=True)
     assert "installed kernelspec 'cellgate'" in done.stdout
     config = folder / "cellgate.toml"
     config.write_text(f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[audit]\ndir = "{folder / "audit"}"\n\n'
-                      '[policy.tools.echo]\ndecision = "allow"\n')
+                      '[policy]\napprover = "queue"\n\n'
+                      '[policy.tools.echo]\ndecision = "allow"\nmax_calls_per_cell = 2\n\n'
+                      '[policy.tools.add]\ndecision = "approve"\n')
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JUPYTER_PATH", str(folder / "prefix" / "share" / "jupyter"))
         patch.setenv("CELLGATE_CONFIG", str(config))
         yield folder / "audit"
+    notebooks = sorted((folder / "audit").glob("*.ipynb"))
+    assert notebooks
+    for notebook in notebooks:  # the kernel is shut down: its record is complete
+        verified = cellgate("verify", str(notebook), timeout=120)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def start_kernel() -> Iterator[BlockingKernelClient]:
@@ -84,32 +94,101 @@ def replies(kc: BlockingKernelClient, msg_ids: set[str]) -> dict[str, dict[str, 
     return got
 
 
-def test_subshells_are_not_offered_and_a_cell_sent_to_one_is_refused_and_recorded(
-        kc: BlockingKernelClient, audit_dir: Path) -> None:
-    # A cell on a subshell would run beside the main shell's, outside the host's one-cell-at-a-time record: until
-    # the host tracks a running cell per subshell (issue 19), it refuses them, and says so.
+def iopub_until(kc: BlockingKernelClient, wanted: Any) -> dict[str, Any]:
+    """Read IOPub until a message ``wanted(msg)`` holds (the others are skipped)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no such IOPub message within {WAIT:g} s") from None
+        if wanted(msg):
+            return dict(msg)
+
+
+def approval_waited(kc: BlockingKernelClient, cell: str) -> str:
+    """The id of the approval request a call of ``cell`` waits for, from the host's notice to the cell's
+    frontends (the queued request is pending before its notice is sent)."""
+    notice = iopub_until(kc, lambda msg: msg["msg_type"] == "display_data"
+                         and msg["parent_header"].get("msg_id") == cell
+                         and str(msg["content"].get("transient", {}).get("display_id", "")).startswith(DISPLAY_PREFIX))
+    return str(notice["content"]["transient"]["display_id"]).removeprefix(DISPLAY_PREFIX)
+
+
+def test_a_subshell_cell_runs_beside_a_main_cell_each_with_its_own_calls_budget_and_approvals(
+        kc: BlockingKernelClient, audit_dir: Path, approvals: Path) -> None:
     kc.kernel_info()
     info = kc.get_shell_msg(timeout=WAIT)
     while info["msg_type"] != "kernel_info_reply":
         info = kc.get_shell_msg(timeout=WAIT)
-    assert "kernel subshells" not in info["content"].get("supported_features", []), info["content"]
-    subshell = control(kc, "create_subshell_request", {})["content"]  # the kernel's own business: harmless
-    assert subshell["status"] == "ok", subshell
-    sub_code = "print(tools.echo('subshell'))"
-    after_code = "print(tools.echo('after'))"
-    sub = execute(kc, sub_code, subshell_id=subshell["subshell_id"])
-    refused = replies(kc, {sub})[sub]["content"]
-    assert (refused["status"], refused["ename"]) == ("error", "SubshellUnsupported"), refused
-    control(kc, "delete_subshell_request", {"subshell_id": subshell["subshell_id"]})
-    after = execute(kc, after_code)
+    assert "kernel subshells" in info["content"]["supported_features"], info["content"]
+    created = control(kc, "create_subshell_request", {})["content"]
+    assert created["status"] == "ok", created
+    subshell = created["subshell_id"]
+    assert subshell in control(kc, "list_subshell_request", {})["content"]["subshell_id"]
+
+    # echo may be called twice per cell; add waits for a person. The main cell blocks on its approval while the
+    # subshell's cell runs, spends its own echo budget and asks for an approval of its own.
+    main_code = ("one = tools.echo('main-1')\ntwo = tools.add(50, 1)\nthree = tools.echo('main-2')\n"
+                 "try:\n    tools.echo('main-3')\nexcept tools.ToolError as e:\n    print(type(e).__name__)\n"
+                 "print(one, two, three)")
+    sub_code = ("print(tools.echo('sub-1'), tools.echo('sub-2'))\n"
+                "try:\n    tools.echo('sub-3')\nexcept tools.ToolError as e:\n    print(type(e).__name__)\n"
+                "try:\n    tools.add(60, 1)\nexcept tools.ToolDenied:\n    print('add denied')")
+    main = execute(kc, main_code)
+    main_request = approval_waited(kc, main)
+    sub = execute(kc, sub_code, subshell_id=subshell)
+    sub_request = approval_waited(kc, sub)
+    asked = [json.loads((approvals / f"{r}.request.json").read_text())["args"] for r in (main_request, sub_request)]
+    assert asked == [{"a": 50, "b": 1}, {"a": 60, "b": 1}]  # each cell's own request, both pending
+
+    assert cellgate("approvals", "deny", sub_request, "--reason", "not on the subshell").returncode == 0
+    reply = kc.get_shell_msg(timeout=WAIT)  # the main cell still waits for its approval: it cannot reply first
+    while reply["msg_type"] != "execute_reply":
+        reply = kc.get_shell_msg(timeout=WAIT)
+    assert reply["parent_header"]["msg_id"] == sub and reply["content"]["status"] == "ok", reply
+    recorded_when_idle(kc, sub)
+    assert cellgate("approvals", "approve", main_request).returncode == 0
+    assert replies(kc, {main})[main]["content"]["status"] == "ok"
+    recorded_when_idle(kc, main)
+    control(kc, "delete_subshell_request", {"subshell_id": subshell})
+    assert subshell not in control(kc, "list_subshell_request", {})["content"]["subshell_id"]
+
+    (path,) = audit_dir.glob("*.ipynb")
+    notebook = [cell for cell in nbformat.read(path, as_version=4).cells if cell.source in (main_code, sub_code)]
+    assert [(c.cell_type, c.source) for c in notebook] == [("code", main_code), ("code", sub_code)]  # as started
+    main_cell, sub_cell = (c.metadata.cellgate for c in notebook)
+    assert "subshell" not in main_cell and sub_cell.subshell == subshell
+    assert (main_cell.status, sub_cell.status) == ("ok", "ok")
+    made = {name: [(c["tool"], c["args"].get("text", c["args"].get("a")), c["decision"], c.get("ok"))
+                   for c in cell.calls] for name, cell in (("main", main_cell), ("sub", sub_cell))}
+    assert made == {
+        "main": [("echo", "main-1", "allow", True), ("add", 50, "approved", True), ("echo", "main-2", "allow", True),
+                 ("echo", "main-3", "deny", False)],
+        "sub": [("echo", "sub-1", "allow", True), ("echo", "sub-2", "allow", True), ("echo", "sub-3", "deny", False),
+                ("add", 60, "approval-denied", False)]}
+    assert main_cell.calls[-1]["rule"] == sub_cell.calls[2]["rule"] == "tools.echo.max_calls_per_cell"
+    assert [o.get("text") for o in notebook[0].outputs] == ["ToolBudgetExceeded\nmain-1 51 main-2\n"]
+    assert [o.get("text") for o in notebook[1].outputs] == ["sub-1 sub-2\nToolBudgetExceeded\nadd denied\n"]
+
+
+def test_a_cell_on_an_unknown_subshell_is_refused_and_subshells_are_bounded(
+        kc: BlockingKernelClient, audit_dir: Path) -> None:
+    code = "print(tools.echo('nowhere'))"
+    refused = execute(kc, code, subshell_id="not-created-here")
+    content = replies(kc, {refused})[refused]["content"]
+    assert (content["status"], content["ename"]) == ("error", "UnknownSubshell"), content
+    made = [control(kc, "create_subshell_request", {})["content"] for _ in range(MAX_SUBSHELLS + 1)]
+    assert [m["status"] for m in made] == ["ok"] * MAX_SUBSHELLS + ["error"]
+    assert made[-1]["ename"] == "SubshellLimit" and f"the {MAX_SUBSHELLS} subshells" in made[-1]["evalue"]
+    for subshell in made[:-1]:
+        control(kc, "delete_subshell_request", {"subshell_id": subshell["subshell_id"]})
+    after = execute(kc, "print(tools.echo('after'))")
     assert replies(kc, {after})[after]["content"]["status"] == "ok"
     recorded_when_idle(kc, after)
-
     cells = recorded_cells(audit_dir)
-    assert cells[sub_code].metadata.cellgate.status == "rejected"
-    assert cells[sub_code].metadata.cellgate.get("calls", []) == []
-    assert [c["args"]["text"] for c in cells[after_code].metadata.cellgate.calls] == ["after"]
-    assert cells[after_code].metadata.cellgate.status == "ok"
+    refused_cell = cells[code].metadata.cellgate
+    assert (refused_cell.status, refused_cell.limits_hit, refused_cell.get("calls", [])) == ("rejected", ["subshell"], [])
 
 
 def recorded_when_idle(kc: BlockingKernelClient, msg_id: str) -> None:

@@ -39,6 +39,7 @@ class CellRecord:
     late_outputs: list[Any] = field(default_factory=list)  # from work the cell started, after it ended
     extra: dict[str, Any] = field(default_factory=dict)  # markdown cells: what their metadata.cellgate says
     refusals_dropped: dict[str, Any] | None = None  # refused calls past the cell's budget, summarised
+    subshell: str | None = None  # the kernel subshell it ran on (None: the main shell)
 
     def add_output(self, output: dict[str, Any]) -> None:
         if output.get("output_type") == "clear_output":

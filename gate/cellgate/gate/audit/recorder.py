@@ -73,8 +73,12 @@ class Recorder:
             return self.reducer.apply(record)
 
     # -- what the relay reports
-    def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code") -> CellRecord:
-        extra = {"kind": kind} if kind != "code" else {}
+    def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code",
+                  subshell: str | None = None) -> CellRecord:
+        """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell)."""
+        extra: dict[str, Any] = {"kind": kind} if kind != "code" else {}
+        if subshell is not None:
+            extra["subshell"] = subshell
         cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent, **extra)
         assert cell is not None
         return cell

@@ -78,8 +78,10 @@ class Reducer:
                                       {"kind": "kernel-restarted", "reason": record.get("reason"),
                                        "variables_gone": record.get("variables_gone")})
         if event == "cell-sent":
+            subshell = record.get("subshell")
             return self._new_cell(record["msg_id"], record["source"], record["time"],
-                                  silent=bool(record.get("silent")), kind=record.get("kind", "code"))
+                                  silent=bool(record.get("silent")), kind=record.get("kind", "code"),
+                                  subshell=str(subshell)[:64] if subshell is not None else None)
         if event not in CELL_EVENTS:
             extension = events.renderer(event)
             if extension is not None:

@@ -43,7 +43,7 @@ from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
-from cellgate.gate.calls.policy import Call, Counters, Policy, evaluate
+from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
 from cellgate.gate.calls.redaction import redact
@@ -96,6 +96,7 @@ class CallScope:
     clock: CellClock = field(default_factory=NoClock)
     notices: WaitingNotices = field(default_factory=NoNotices)  # told while a call waits for a person
     refusals: RefusalBudget | None = None
+    counts: CellCounts | None = None  # the cell's own per-cell budget counts (None: the dispatcher's current cell)
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class Dispatcher:
             record.result_sha256 = sha256_hex(recorded)
             reply = CallReply(id=request.id, ok=True, result=plain)
         record.duration_ms = (time.perf_counter() - start) * 1000
-        record.counters = self.counters.snapshot(request.tool)
+        record.counters = self.counters.snapshot(request.tool, scope.counts)
         return reply, record
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, scope: CallScope,
@@ -254,7 +255,7 @@ class Dispatcher:
             raise CallFailed("invalid", f"tool {tool.name!r}: argument {where}: {error.message}")
         call = Call(tool=tool.name, args=request.args, arg_bytes=len(canonical_json(request.args).encode()),
                     source_default=tool.default_decision, principal=self.principal)
-        verdict = evaluate(call, self.policy, self.counters, time.monotonic())
+        verdict = evaluate(call, self.policy, self.counters, time.monotonic(), scope.counts)
         record.rule = verdict.rule
         if verdict.kind != "ok":
             record.decision = "deny"
@@ -265,7 +266,7 @@ class Dispatcher:
             else:
                 message = f"tool {tool.name!r} refused: {verdict.reason} (rule {verdict.rule})"
             raise CallFailed(kind, message)
-        self.counters.record(call, self.policy, time.monotonic())
+        self.counters.record(call, self.policy, time.monotonic(), scope.counts)
         if verdict.decision == "approve":
             await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices)
         else:

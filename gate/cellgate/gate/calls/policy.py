@@ -131,8 +131,18 @@ class Verdict:
 
 
 @dataclass
+class CellCounts:
+    """One cell's calls, for the per-cell budgets: each running cell has its own (kernel subshells run cells
+    side by side), passed as ``cell`` to ``evaluate`` and ``Counters.record``."""
+
+    calls: int = 0
+    per_tool: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Counters:
-    """Per-session state the policy reads: call counts and rate buckets."""
+    """Per-session state the policy reads: call counts and rate buckets (and the current cell's counts, unless
+    a cell brings its own ``CellCounts``)."""
 
     session: int = 0
     cell: int = 0
@@ -149,18 +159,23 @@ class Counters:
         tokens, at = self.buckets.get(tool, (count, now))
         return min(count, tokens + (now - at) * count / period)
 
-    def record(self, call: Call, policy: Policy, now: float) -> None:
-        """Count a call the gate is about to run."""
+    def record(self, call: Call, policy: Policy, now: float, cell: CellCounts | None = None) -> None:
+        """Count a call the gate is about to run (in ``cell``'s counts when given)."""
         self.session += 1
-        self.cell += 1
         self.per_tool[call.tool] = self.per_tool.get(call.tool, 0) + 1
-        self.per_tool_cell[call.tool] = self.per_tool_cell.get(call.tool, 0) + 1
+        if cell is None:
+            self.cell += 1
+            self.per_tool_cell[call.tool] = self.per_tool_cell.get(call.tool, 0) + 1
+        else:
+            cell.calls += 1
+            cell.per_tool[call.tool] = cell.per_tool.get(call.tool, 0) + 1
         entry = policy.for_tool(call.tool)
         if entry and entry.rate:
             self.buckets[call.tool] = (self.tokens(call.tool, entry.rate, now) - 1, now)
 
-    def snapshot(self, tool: str) -> dict[str, int]:
-        return {"session": self.session, "cell": self.cell, "tool_session": self.per_tool.get(tool, 0)}
+    def snapshot(self, tool: str, cell: CellCounts | None = None) -> dict[str, int]:
+        return {"session": self.session, "cell": self.cell if cell is None else cell.calls,
+                "tool_session": self.per_tool.get(tool, 0)}
 
 
 def _budget(limit: int | None, count: int, rule: str, what: str) -> Verdict | None:
@@ -170,22 +185,24 @@ def _budget(limit: int | None, count: int, rule: str, what: str) -> Verdict | No
     return None
 
 
-def evaluate(call: Call, policy: Policy, counters: Counters, now: float) -> Verdict:
-    """Decide one call. Pure: reads its arguments, changes nothing."""
+def evaluate(call: Call, policy: Policy, counters: Counters, now: float, cell: CellCounts | None = None) -> Verdict:
+    """Decide one call (per-cell budgets against ``cell`` when given). Pure: reads its arguments, changes nothing."""
+    cell_calls, per_tool_cell = ((counters.cell, counters.per_tool_cell) if cell is None
+                                 else (cell.calls, cell.per_tool))
     if call.arg_bytes > policy.max_arg_bytes:
         return Verdict("deny", "max_arg_bytes",
                        f"arguments of {call.arg_bytes} bytes exceed the {policy.max_arg_bytes} byte limit",
                        kind="invalid", limit=policy.max_arg_bytes, count=call.arg_bytes)
     entry = policy.for_tool(call.tool)
     checks = [
-        _budget(policy.max_calls_per_cell, counters.cell, "max_calls_per_cell", "per-cell"),
+        _budget(policy.max_calls_per_cell, cell_calls, "max_calls_per_cell", "per-cell"),
         _budget(policy.max_calls_per_session, counters.session, "max_calls_per_session", "per-session"),
     ]
     if entry is not None:
         checks += [
             _budget(entry.max_calls_per_session, counters.per_tool.get(call.tool, 0),
                     f"tools.{call.tool}.max_calls_per_session", f"{call.tool!r} per-session"),
-            _budget(entry.max_calls_per_cell, counters.per_tool_cell.get(call.tool, 0),
+            _budget(entry.max_calls_per_cell, per_tool_cell.get(call.tool, 0),
                     f"tools.{call.tool}.max_calls_per_cell", f"{call.tool!r} per-cell"),
         ]
     for verdict in checks:

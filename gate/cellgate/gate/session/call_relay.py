@@ -1,8 +1,9 @@
 """Tool calls from code in the sandbox: read off the gate's comm, served by the call path, answered in batches.
 
 Each request (or each call of a batch) is parsed strictly (``protocol``),
-attributed to the running cell, and handed to the ``Dispatcher`` (admission,
-then decision, run and record). Replies ready in the same loop turn go to the
+attributed to the running cell it names (``CellQueue.attribute``: with
+subshells several cells run at once), and handed to the ``Dispatcher``
+(admission, then decision, run and record). Replies ready in the same loop turn go to the
 kernel as one control message: every control message costs the kernel a
 busy/idle round on IOPub, which inside gVisor dominates a call, so batching
 keeps parallel calls parallel. While a call waits for a person, the cell's
@@ -61,7 +62,7 @@ class CallRelay:
             self._on_call(comm_id, item, size)
 
     def _on_call(self, comm_id: str, data: Any, size: int) -> None:
-        head = self.cells.running()
+        head = self.cells.attribute(data.get("cell") if isinstance(data, dict) else None)
         try:
             request = parse_call(data, size)
         except ProtocolError as exc:

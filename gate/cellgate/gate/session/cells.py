@@ -1,11 +1,17 @@
-"""The queue of cells the frontends sent, and how each one ends.
+"""The queues of cells the frontends sent, one per shell, and how each cell ends.
 
 Each ``execute_request`` the frontend sent (the host's copy of the program,
-never the kernel's account of it) becomes a ``CellRun``, FIFO; the head is the
-running cell, the one every tool call and output is attributed to. A cell ends
-when the kernel has both replied and gone idle, when it is aborted, or when
-the kernel is gone (``fail_all``); its end withdraws its approval requests,
-records what was held back of its output, and resolves the caller's future.
+never the kernel's account of it) becomes a ``CellRun`` in the FIFO of the
+shell it was sent to: the kernel's main shell, or one of its subshells the
+host saw created (``subshells``). The head of each FIFO is that shell's
+running cell; every tool call and output is attributed to the running cell
+whose ``msg_id`` the kernel's message names, a claim accepted only for a cell
+the host knows is running (without subshells there is one running cell at a
+time, as there always was). A cell ends when the kernel has both replied and
+gone idle, when it is aborted, or when the kernel is gone (``fail_all``); its
+end withdraws its approval requests, records what was held back of its
+output, and resolves the caller's future. Budgets, approvals, the clock and
+the timeout are each cell's own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls.asking import NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
+from cellgate.gate.calls.policy import CellCounts
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.session import frontend_replies
 from cellgate.gate.session.bounds import HostBounds, RefusalLedger
@@ -30,8 +37,10 @@ from cellgate.gate.session.cell_clock import CellClock
 from cellgate.gate.session.events import RelayEvents, Tasks
 from cellgate.gate.session.output_cap import OutputCap
 from cellgate.gate.session.output_ledger import OutputLedger
+from cellgate.gate.session.subshells import Subshells
 
 RESULTS_KEPT = 4096  # futures of frontends' cells nobody waits for
+Shell = str | None  # None: the kernel's main shell; else the id of one of its subshells
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,8 @@ class CellRun:
     refusals: RefusalLedger
     end: CellEnd = field(default_factory=CellEnd)
     clock: CellClock | None = None  # set when the cell starts
+    shell: Shell = None
+    counts: CellCounts = field(default_factory=CellCounts)  # its calls, for the per-cell budgets
     # Unique per cell run (a client's msg_ids start over after a restart): what approvals are withdrawn by.
     key: str = field(default_factory=lambda: os.urandom(8).hex())
 
@@ -79,7 +90,7 @@ class CellRun:
         """What the dispatcher attributes a call of this cell to; ``notices`` shows its waits for a person."""
         return CallScope(cell=self.record, msg_id=self.record.msg_id, key=self.key, source=self.record.source,
                          clock=self.clock if self.clock is not None else NoClock(), refusals=self.refusals,
-                         notices=notices or NoNotices())
+                         notices=notices or NoNotices(), counts=self.counts)
 
 
 class KernelControl(Protocol):
@@ -132,23 +143,52 @@ class CellQueue:
         self.results = Results()
         self.kernel: KernelControl | None = None  # set when a kernel is attached
         self.ledger: OutputLedger | None = None
-        self._queue: collections.deque[CellRun] = collections.deque()
+        self.subshells = Subshells()
+        self._shells: dict[Shell, collections.deque[CellRun]] = {None: collections.deque()}
 
     def __bool__(self) -> bool:
-        return bool(self._queue)
+        return any(self._shells.values())
+
+    def heads(self) -> list[CellRun]:
+        """The running cell of each shell, in the order they were sent."""
+        return sorted((queue[0] for queue in self._shells.values() if queue), key=lambda run: run.record.serial)
 
     def running(self) -> CellRun | None:
-        return self._queue[0] if self._queue else None
+        """The running cell sent first (without subshells, the one running cell)."""
+        heads = self.heads()
+        return heads[0] if heads else None
 
-    def add(self, record: CellRecord, request: FrontendRequest) -> None:
-        self._queue.append(CellRun(record=record, request=request, output=OutputCap(self.output_limit),
-                                   refusals=RefusalLedger(budget=self.bounds.max_refusals_per_cell)))
-        if len(self._queue) == 1:
-            self.start_head()
+    def running_cell(self, msg_id: Any) -> CellRun | None:
+        """The running cell whose ``msg_id`` a kernel's message names, if the host knows it is running."""
+        for queue in self._shells.values():
+            if queue and queue[0].record.msg_id == msg_id:
+                return queue[0]
+        return None
+
+    def attribute(self, claim: Any) -> CellRun | None:
+        """The running cell a tool call is attributed to: the one its (hostile) claim names if that one runs, else
+        the first running (the dispatcher then refuses a call whose claim names another cell, as it always did)."""
+        return self.running_cell(claim) or self.running()
+
+    def _is_running(self, run: CellRun) -> bool:
+        queue = self._shells.get(run.shell)
+        return queue is not None and bool(queue) and queue[0] is run
+
+    def add(self, record: CellRecord, request: FrontendRequest, shell: Shell = None) -> None:
+        run = CellRun(record=record, request=request, output=OutputCap(self.output_limit),
+                      refusals=RefusalLedger(budget=self.bounds.max_refusals_per_cell), shell=shell)
+        queue = self._shells.setdefault(shell, collections.deque())
+        queue.append(run)
+        if len(queue) == 1:
+            self._start(run)
 
     def start_head(self) -> None:
-        head = self.running()
-        if head is None or head.clock is not None or self.kernel is None:
+        """Start each shell's head that waited for a kernel."""
+        for head in self.heads():
+            self._start(head)
+
+    def _start(self, head: CellRun) -> None:
+        if head.clock is not None or self.kernel is None:
             return
         self.recorder.cell_started(head.record)
         self.dispatcher.new_cell()
@@ -164,12 +204,12 @@ class CellQueue:
         if error is not None:
             head.end.error = error
         if head.end.idle or status == "aborted":
-            self.finish_head()
+            self.finish(head)
 
     def idle(self, head: CellRun) -> None:
         head.end.idle = True
         if head.end.replied:
-            self.finish_head()
+            self.finish(head)
 
     def capture(self, head: CellRun, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit (``OutputCap``)."""
@@ -179,24 +219,30 @@ class CellQueue:
 
     # ------------------------------------------------------ limits
     def _on_timeout(self, head: CellRun) -> None:
-        if self.running() is not head or head.clock is None:
+        if not self._is_running(head) or head.clock is None:
             return
         head.end.limits.append("timeout")
-        self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell)
-        if self.kernel is not None:
-            self.kernel.interrupt_soon()
+        if head.shell is None:
+            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell)
+            if self.kernel is not None:
+                self.kernel.interrupt_soon()
+        else:  # an interrupt (SIGINT) stops the main shell's cell, never a subshell's: only a restart stops it
+            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
+                                subshell=head.shell, note="a subshell's cell cannot be interrupted; the kernel is "
+                                                          "stopped unless the cell ends within the grace")
         head.clock.then(self.timeouts.interrupt_grace, lambda: self._on_grace_expired(head))
 
     def _on_grace_expired(self, head: CellRun) -> None:
-        if self.running() is not head or self.kernel is None:
+        if not self._is_running(head) or self.kernel is None:
             return
         if self.kernel.kill_soon():
+            what = "the interrupt" if head.shell is None else f"its timeout (subshell {head.shell})"
             self.recorder.event("cell-kill", msg_id=head.record.msg_id,
-                                reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of the interrupt")
+                                reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of {what}")
 
     def refused(self, head: CellRun, verdict: str | None) -> None:
         """Past its refusal budget a cell is stopped (its kernel killed), once."""
-        if verdict != "dropped" or "refusals" in head.end.limits or self.running() is not head:
+        if verdict != "dropped" or "refusals" in head.end.limits or not self._is_running(head):
             return
         head.end.limits.append("refusals")
         self.recorder.event("cell-kill", msg_id=head.record.msg_id,
@@ -207,16 +253,33 @@ class CellQueue:
 
     # ------------------------------------------------------ ends
     def fail_all(self, status: CellStatus, reason: str) -> None:
-        """End every queued cell because the kernel is gone; tell frontends."""
-        while self._queue:
-            head = self._queue[0]
-            head.end.hit(reason)
-            self.tasks.spawn(self._answer(head.request.header, head.request.idents,
-                                          frontend_replies.killed(reason, head.record.execution_count)))
-            self.finish_head(forced_status=status)
+        """End every queued cell of every shell because the kernel is gone (its subshells too); tell frontends."""
+        for queue in list(self._shells.values()):
+            while queue:
+                head = queue[0]
+                head.end.hit(reason)
+                self.tasks.spawn(self._answer(head.request.header, head.request.idents,
+                                              frontend_replies.killed(reason, head.record.execution_count)))
+                self.finish(head, forced_status=status)
+        self._shells = {None: collections.deque()}
+        self.subshells.forget_all()
 
-    def finish_head(self, forced_status: CellStatus | None = None) -> None:
-        head = self._queue.popleft()
+    def subshell_deleted(self, subshell_id: str) -> None:
+        """The kernel deleted a subshell (after its running cell ended): the cells queued behind it never run."""
+        queue = self._shells.get(subshell_id)
+        while queue is not None and len(queue) > 1:
+            run = queue[1]
+            del queue[1]
+            self.recorder.cell_aborted(run.record)
+            self.results.future(run.record.msg_id).set_result(run.record)
+            self.tasks.spawn(self._answer(run.request.header, run.request.idents,
+                                          frontend_replies.subshell_deleted(subshell_id)))
+        if queue is not None and not queue:
+            del self._shells[subshell_id]
+
+    def finish(self, head: CellRun, forced_status: CellStatus | None = None) -> None:
+        queue = self._shells[head.shell]
+        queue.popleft()
         if head.clock is not None:
             head.clock.stop()
         record = head.record
@@ -224,8 +287,7 @@ class CellQueue:
         if status == "aborted":
             self.recorder.cell_aborted(record)  # never ran: journal only
             self.results.future(record.msg_id).set_result(record)
-            if self._queue:
-                self.start_head()
+            self._next(head.shell)
             return
         try:
             for ask in self.dispatcher.withdraw(head.key, status):  # nothing a cell asked for outlives it
@@ -241,8 +303,14 @@ class CellQueue:
             self.events.failure(exc)
             record.status = record.status or status
         self.results.future(record.msg_id).set_result(record)
-        if self._queue:
-            self.start_head()
+        self._next(head.shell)
+
+    def _next(self, shell: Shell) -> None:
+        queue = self._shells.get(shell)
+        if queue:
+            self._start(queue[0])
+        elif queue is not None and shell is not None and not self.subshells.knows(shell):
+            del self._shells[shell]  # a deleted subshell's last cell ended
 
     @staticmethod
     def _status(head: CellRun) -> CellStatus | Literal["aborted"]:

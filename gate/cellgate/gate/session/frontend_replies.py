@@ -1,9 +1,12 @@
 """What the host answers a frontend itself, for a cell the kernel never ran or never finished.
 
 A kernel that was killed never replies, restricted mode refuses a program
-before the kernel sees it, and a cell that cannot be recorded is not run: in
-each case the frontend gets the error output, idle status and execute_reply a
-kernel would have sent for a failed cell, so it does not hang.
+before the kernel sees it, a cell that cannot be recorded is not run, nor one
+sent to a subshell the host does not know, and a deleted subshell never runs
+the cells queued on it: in each case the frontend gets the error output, idle
+status and execute_reply a kernel would have sent for a failed cell, so it
+does not hang. A subshell past the host's bound is refused with the
+``create_subshell_reply`` the kernel would send for a failure.
 """
 
 from __future__ import annotations
@@ -29,10 +32,22 @@ def restricted(problems: list[str]) -> dict[str, Any]:
     return failure("RestrictedCompileError", evalue)
 
 
-def on_subshell() -> dict[str, Any]:
-    return failure("SubshellUnsupported", "cellgate runs cells on the kernel's main shell only: a cell on a kernel "
-                                          "subshell would run outside the host's one-cell-at-a-time record and gate "
-                                          "(issue 19); run it without a subshell_id")
+def unknown_subshell(subshell_id: Any) -> dict[str, Any]:
+    return failure("UnknownSubshell", f"the cell was sent to subshell {str(subshell_id)[:80]!r}, which the host did "
+                                      "not see this kernel create; create one with a create_subshell_request on the "
+                                      "control channel and send the cell with the subshell_id of its reply")
+
+
+def subshell_limit(limit: int) -> dict[str, Any]:
+    """The content of the host's ``create_subshell_reply`` when the kernel has its subshells already."""
+    return {"status": "error", "ename": "SubshellLimit", "traceback": [],
+            "evalue": f"this kernel has the {limit} subshells the host allows; delete one "
+                      "(delete_subshell_request) before creating another"}
+
+
+def subshell_deleted(subshell_id: str) -> dict[str, Any]:
+    return failure("SubshellDeleted", f"subshell {subshell_id!r} was deleted before this cell, queued on it, ran; "
+                                      "send it again on a shell that exists")
 
 
 def audit_unavailable(problem: str) -> dict[str, Any]:

@@ -131,13 +131,14 @@ class KernelWatch:
         self.cells.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
                                   note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
         reopen(sock, endpoint)
-        head = self.cells.running()
-        if head is None or self._killed_by_host is sandbox:
+        heads = self.cells.heads()
+        if not heads or self._killed_by_host is sandbox:
             return  # between cells nothing waits on the lost messages
-        head.end.error = {"ename": "MessageTooLarge", "evalue": (
-            f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
-            f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
-        head.end.hit("message-size")
+        for head in heads:
+            head.end.error = {"ename": "MessageTooLarge", "evalue": (
+                f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
+                f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
+            head.end.hit("message-size")
         self._kill_status[sandbox.id] = ("error", "message-size")
         self.tasks.spawn(self._kill(sandbox))
 
@@ -160,8 +161,7 @@ class KernelWatch:
             return
         if self._oom is not None and self._oom.hit:
             self.events.life("kernel-died", exit_code=code, cause="memory")
-            head = self.cells.running()
-            if head is not None:
+            for head in self.cells.heads():
                 head.end.error = {"ename": "SandboxMemoryLimit", "evalue": (
                     f"the sandbox reached its {sandbox.config.limits.memory_bytes >> 20} MB memory limit "
                     "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
@@ -173,7 +173,6 @@ class KernelWatch:
     async def _recover_output(self) -> None:
         """The kernel died: record the running cell's output that its log has and IOPub never delivered."""
         await settle(self.iopub)
-        head = self.cells.running()
-        if head is not None and self.cells.ledger is not None:
-            for output in self.cells.ledger.recover(head.record.msg_id):
+        for head in self.cells.heads():
+            for output in self.cells.ledger.recover(head.record.msg_id) if self.cells.ledger is not None else ():
                 self.cells.capture(head, output)

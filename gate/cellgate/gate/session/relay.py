@@ -275,6 +275,10 @@ class Relay:
             frames = await src.recv_multipart()
             if channel == "shell" and not self.taps.request(frames):
                 continue  # answered by the host (a program restricted mode refused)
+            refusal = self.taps.control_request(frames) if channel == "control" else None
+            if refusal is not None:  # answered by the host (a subshell past its bound)
+                await src.send_multipart(refusal)
+                continue
             if channel != "hb":
                 across = self._across(frames, channel, self._front_session, self.kernel.session)
                 if across is None:
@@ -290,6 +294,8 @@ class Relay:
             frames = await src.recv_multipart()
             if channel == "shell":
                 self.taps.reply(frames)
+            elif channel == "control":
+                self.taps.control_reply(frames)
             elif channel == "stdin" and not self.taps.stdin_allowed(frames):
                 continue
             if channel != "hb":

@@ -92,9 +92,6 @@ def kernel_info(content: dict[str, Any], about: Recorder) -> dict[str, Any]:
     lines = where_it_records(about)
     banner = content.get("banner")
     content["banner"] = "\n".join([banner.rstrip("\n"), *lines] if isinstance(banner, str) and banner else lines)
-    features = content.get("supported_features")
-    if isinstance(features, list):  # the host refuses cells on subshells (taps): frontends should not offer them
-        content["supported_features"] = [f for f in features if f != "kernel subshells"]
     language = content.get("language_info")
     if isinstance(language, dict):
         config = about.metadata.get("config")

@@ -1,9 +1,12 @@
 """What the relay reads off the traffic it passes: cells sent, their replies, input requests, and IOPub.
 
-- an ``execute_request`` from a frontend is recorded as a cell (restricted
-  mode may refuse it, and a cell that cannot be recorded is not run);
-- the kernel's ``execute_reply`` and idle status end the running cell;
-- an ``input_request`` reaches frontends only while a cell that allowed stdin runs;
+- an ``execute_request`` from a frontend is recorded as a cell of its shell
+  (restricted mode may refuse it, a cell that cannot be recorded is not run,
+  nor one sent to a subshell the host did not see created);
+- on control, subshells created and deleted (``subshells``; a create past the
+  bound is answered by the host);
+- the kernel's ``execute_reply`` and idle status end the running cell they name;
+- an ``input_request`` reaches frontends only while the cell it names runs and allowed stdin;
 - IOPub is bounded before it is parsed (``bounds``); tool calls on the gate's
   comms go to ``CallRelay`` and never reach frontends; outputs are captured
   for the running cell, or kept with the ended cell whose work printed them.
@@ -37,6 +40,7 @@ from cellgate.gate.session.cells import Answer, CellQueue, FrontendRequest
 from cellgate.gate.session.events import RelayEvents, Tasks
 from cellgate.gate.session.kernel_watch import KernelWatch
 from cellgate.gate.session.late import LateOutput
+from cellgate.gate.session.subshells import MAX_SUBSHELLS
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET
 
@@ -78,8 +82,10 @@ class Taps:
         msg_id = msg["header"]["msg_id"]
         self.cells.results.forget(msg_id, only_done=True)  # a client may reuse a msg_id after a restart
         request = FrontendRequest(header=msg["header"], idents=cast(list[bytes], list(idents)), allow_stdin=content.get("allow_stdin") is True)
+        subshell_id = msg["header"].get("subshell_id")
+        shell = subshell_id if self.cells.subshells.knows(subshell_id) else None
         try:
-            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")))
+            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")), subshell=shell)
         except JournalError as exc:
             # A cell that cannot be recorded is not run: answer it here, never forward it.
             error = frontend_replies.audit_unavailable(str(exc))
@@ -88,20 +94,19 @@ class Taps:
                 future.set_exception(SessionError(error["evalue"]))
             self.tasks.spawn(self._answer(request.header, request.idents, error))
             return False
-        if msg["header"].get("subshell_id") is not None:
-            # The host records and gates one running cell at a time; a subshell's cell would run beside it.
-            self._reject(record, request, frontend_replies.on_subshell(), "subshell")
+        if subshell_id is not None and shell is None:
+            self._reject(record, request, frontend_replies.unknown_subshell(subshell_id), "subshell")
             return False
         if self.restricted:
             problems = restricted.check(code)  # compile only: nothing of the program runs on the host
             if problems:
                 self._reject(record, request, frontend_replies.restricted(problems), "restricted")
                 return False
-        self.cells.add(record, request)
+        self.cells.add(record, request, shell)
         return True
 
     def _reject(self, record: CellRecord, request: FrontendRequest, error: dict[str, Any], limit: str) -> None:
-        """The host refused the cell (restricted mode, a subshell): record it as `rejected` and answer the
+        """The host refused the cell (restricted mode, an unknown subshell): record it as `rejected` and answer the
         frontend; the kernel never sees it."""
         try:
             self.recorder.cell_started(record)
@@ -114,6 +119,49 @@ class Taps:
         self.cells.results.future(record.msg_id).set_result(record)
         self.tasks.spawn(self._answer(request.header, request.idents, error))
 
+    # ------------------------------------------------------------ control
+    def control_request(self, frames: list[bytes]) -> list[bytes] | None:
+        """A frontend's control request; the frames of the host's own reply when it refuses a subshell past the
+        bound (the kernel never sees the request), else None: relay it."""
+        try:
+            idents, rest = self._front_session.feed_identities(frames)
+            msg = self._front_session.deserialize(rest)
+        except Exception:
+            return None  # the relay's re-signing reports and drops it
+        msg_type, msg_id = msg["header"].get("msg_type"), str(msg["header"].get("msg_id"))
+        if msg_type == "create_subshell_request" and not self.cells.subshells.may_create(msg_id):
+            self.recorder.event("subshell-refused", limit=MAX_SUBSHELLS)
+            reply = self._front_session.msg("create_subshell_reply", frontend_replies.subshell_limit(MAX_SUBSHELLS),
+                                            parent=msg["header"])
+            return self._front_session.serialize(reply, ident=idents)
+        if msg_type == "delete_subshell_request" and isinstance(msg["content"], dict):
+            self.cells.subshells.deleting(msg_id, msg["content"].get("subshell_id"))
+        return None
+
+    def control_reply(self, frames: list[bytes]) -> None:
+        """The kernel's answers to subshell requests: what the host counts as created, or gone."""
+        try:
+            _, msg = read_unparsed(self.kernel.session, frames, MAX_HEADER_BYTES, MAX_METADATA_BYTES)
+        except Exception:
+            return  # the relay's rebuilding of the reply reports and drops it
+        msg_type = msg["header"].get("msg_type")
+        if msg_type not in ("create_subshell_reply", "delete_subshell_reply"):
+            return
+        try:
+            content = content_within(msg, MAX_HEADER_BYTES) or {}
+        except ProtocolError:
+            content = {}
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if msg_type == "create_subshell_reply":
+            created = self.cells.subshells.created(parent_id, content)
+            if created is not None:
+                self.recorder.event("subshell-created", subshell=created)
+            return
+        deleted = self.cells.subshells.deleted(parent_id, content)
+        if deleted is not None:
+            self.recorder.event("subshell-deleted", subshell=deleted)
+            self.cells.subshell_deleted(deleted)
+
     def read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
         """A kernel message with its headers checked and parsed, its content left unparsed (bytes)."""
         try:
@@ -123,8 +171,7 @@ class Taps:
             return None
 
     def stdin_allowed(self, frames: list[bytes]) -> bool:
-        """Pass an input_request on only while a cell that allowed stdin is running (G10)."""
-        head = self.cells.running()
+        """Pass an input_request on only while the cell it names runs and allowed stdin (G10)."""
         parsed = self.read(frames, "stdin")
         if parsed is None:
             return False
@@ -133,8 +180,8 @@ class Taps:
             self.events.protocol("input-request-dropped", msg_type=str(msg["header"].get("msg_type"))[:80],
                                  reason=f"content of {len(msg['content'])} bytes (limit {MAX_HEADER_BYTES})")
             return False
-        parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        if head is not None and head.request.allow_stdin and parent_id == head.record.msg_id:
+        head = self.cells.running_cell((msg.get("parent_header") or {}).get("msg_id"))
+        if head is not None and head.request.allow_stdin:
             return True
         try:
             content = content_within(msg, MAX_HEADER_BYTES)
@@ -153,9 +200,8 @@ class Taps:
         msg = parsed[1]
         if msg["header"].get("msg_type") != "execute_reply":
             return
-        head = self.cells.running()
-        parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        if head is None or parent_id != head.record.msg_id:
+        head = self.cells.running_cell((msg.get("parent_header") or {}).get("msg_id"))
+        if head is None:
             return
         try:
             content = content_within(msg, MAX_PARSED_CONTENT)
@@ -201,9 +247,9 @@ class Taps:
         content = msg["content"] = parsed if isinstance(parsed, dict) else {}
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
             return self._comm(msg, msg_type, content, len(rest[-1]) if rest else 0)
-        head = self.cells.running()
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        if head is None or parent_id != head.record.msg_id:
+        head = self.cells.running_cell(parent_id)
+        if head is None:
             if msg_type in OUTPUT_TYPES:
                 self.late.add(asyncio.get_running_loop(), str(parent_id), msg)
             return msg
@@ -239,9 +285,9 @@ class Taps:
     def _unread(self, msg: Any, msg_type: str, size: int) -> None:
         """A message too big to parse: an output is counted as dropped output (its size and digest are
         recorded); anything else is journalled. Never parsed, never forwarded (frontends see what is recorded)."""
-        head = self.cells.running()
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        if msg_type in OUTPUT_TYPES and head is not None and parent_id == head.record.msg_id:
+        head = self.cells.running_cell(parent_id)
+        if msg_type in OUTPUT_TYPES and head is not None:
             head.output.drop_unread(msg["content"])
             self.events.protocol("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
         elif msg_type in OUTPUT_TYPES:
