@@ -73,8 +73,9 @@ def test_times_read_and_read_out() -> None:
     for bad in (None, 17, "", "yesterday", "9" * 500, ["2026-12-01"]):
         assert cs.parse_time(bad) is None
     assert cs.format_time(None) == "?"
-    assert [cs.format_duration(s) for s in (0, 0.0004, 0.85, 2.414, 192, 3725, None, -1, float("nan"))] == [
-        "0 ms", "0.40 ms", "850 ms", "2.41 s", "3 min 12 s", "1 h 02 min", "?", "?", "?"]
+    assert [cs.format_duration(s) for s in (0, 0.0004, 0.00196, 0.0421, 0.85, 2.414, 192, 3725, None, -1,
+                                            float("nan"))] == [
+        "0 ms", "0.40 ms", "1.96 ms", "42.1 ms", "850 ms", "2.41 s", "3 min 12 s", "1 h 02 min", "?", "?", "?"]
     assert cs.span(T0, "2026-12-01T03:04:07.750Z") == 2.5
     assert cs.span("2026-12-01T03:04:07.750Z", T0) is None and cs.span(T0, "x") is None
 

@@ -150,11 +150,12 @@ def format_time(moment: datetime | None, *, date: bool = True) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """A span a person reads at a glance: ``850 ms``, ``2.41 s``, ``3 min 12 s``, ``1 h 02 min``; '?' for none."""
+    """A span a person reads at a glance: ``1.96 ms``, ``850 ms``, ``2.41 s``, ``3 min 12 s``, ``1 h 02 min``; '?' for none."""
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return "?"
     if seconds < 1:
-        return f"{seconds * 1000:.0f} ms" if seconds >= 0.001 or seconds == 0 else f"{seconds * 1000:.2f} ms"
+        ms = seconds * 1000
+        return f"{ms:.0f} ms" if ms >= 100 or ms == 0 else f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms"
     if seconds < 60:
         return f"{seconds:.2f} s"
     if seconds < 3600:
