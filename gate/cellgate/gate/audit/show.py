@@ -288,6 +288,8 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
             printer.line(("kernel restarted", "bold red" if restart.memory else "yellow"),
                          f" ({_field(restart.reason, 40)}) before this cell")
         printer.cell_details(chosen, calls, program=True)
+        if chosen.calls:
+            printer.console.print(_tool_table(chosen.calls))
         return int(chosen.status != "ok")
     printer.cells_table(run)
     for each in run.cells:
