@@ -24,8 +24,10 @@ from typing import Any
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
+from nbformat import ValidationError
 from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]  # no stubs installed
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
 from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.audit import timeline
@@ -211,7 +213,12 @@ def render(path: Path) -> str:
             shown.cells.append(nbformat.v4.new_raw_cell(f"{marker}{index}END", metadata={"format": "text/html"}))
     exporter = HTMLExporter(template_name="basic", exclude_anchor_links=True)
     exporter.register_preprocessor(SanitizeHTML(strip=True), enabled=True)
-    body, _ = exporter.from_notebook_node(shown)
+    try:
+        body, _ = exporter.from_notebook_node(shown)
+    except (ValidationError, ValueError, KeyError, TypeError, AttributeError) as exc:  # nbconvert validates the cells
+        problem = str(getattr(exc, "message", exc)).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: its cells are not a valid notebook ({problem}); is it a cellgate audit "
+                          "notebook, or was it edited? `cellgate verify` compares it with its journal") from None
     for key, section in sections.items():
         body = body.replace(key, section)
     pygments_css = HtmlFormatter().get_style_defs(".highlight")

@@ -46,8 +46,10 @@ def load_notebook(path: Path) -> Any:
         # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
         # schema is slow): every field is checked where it is read.
         nb = nbformat.convert(nbformat.reader.reads(_text(path)), 4)
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # not JSON, a notebook, UTF-8
-        raise _unreadable(path, type(exc).__name__ if isinstance(exc, RecursionError) else exc) from None
+    except RecursionError:
+        raise _unreadable(path, "its JSON is nested too deeply") from None
+    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # not JSON, UTF-8, ...
+        raise _unreadable(path, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from None
     if not isinstance(nb.metadata.get("cellgate"), dict):
         raise _no_cellgate(path)
     return nb
