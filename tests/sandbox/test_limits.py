@@ -7,6 +7,8 @@ import json
 import nbformat
 import pytest
 
+from cellgate.gate.audit.show_json import json_view
+
 
 @pytest.fixture(scope="module")
 def limited(session_factory):
@@ -85,3 +87,5 @@ def test_the_cgroup_backstop_is_reported_as_memory_and_the_session_restarts_itse
     assert note["source"] == ("**The kernel was restarted after the sandbox reached its memory limit.** "
                               "These variables are gone: `orders`, `total`.")
     assert note["metadata"]["cellgate"]["variables_gone"] == ["orders", "total"]
+    shown = json_view(box.session.notebook_path)  # what `cellgate show --json` reports of the memory restart
+    assert shown["restarts"] == [{"after_cell": 2, "reason": "memory", "variables_gone": ["orders", "total"]}]

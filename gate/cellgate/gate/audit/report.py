@@ -5,140 +5,235 @@ The cells are rendered by nbconvert (template ``basic``) after its
 and JavaScript, SVG and every other active MIME type are dropped. The page
 carries a Content-Security-Policy that allows no script, no request and no
 external resource (images only as data: URLs), so even a sanitizer bypass
-could neither run nor phone home. The calls of each cell and the timeline
-are generated here, with every value HTML-escaped.
+could neither run nor phone home. Everything else on the page is generated
+here from the notebook's metadata with every value HTML-escaped: the run's
+times, a summary per outcome, decision and tool, the asked calls with their
+approver and answer time, a timeline (``audit.timeline``), and each cell's
+calls. A long call list shows its failures and folds the rest into a
+``<details>`` element (HTML, no script).
 """
 
 from __future__ import annotations
 
 import html
-import json
 import secrets
-from datetime import datetime
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors.sanitize import SanitizeHTML
+from nbformat import ValidationError
 from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]  # no stubs installed
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
+from cellgate.gate.audit import call_summary as cs
+from cellgate.gate.audit import timeline
+from cellgate.gate.audit.run_view import CellView, RunView, read_run
 from cellgate.gate.audit.show import claims_text, load_notebook
-from cellgate.gate.calls.redaction import visible
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
        "frame-src 'none'; object-src 'none'; script-src 'none'; connect-src 'none'")
+OPEN_CALLS = 20  # a cell with more calls shows its failures (up to this many) and folds the whole list
+MAX_ROWS = 500  # rows of one call table; the rest are counted, and all are in the notebook
+VALUE_CHARS = 600  # arguments and results, head and tail
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-h1 { font-size: 1.4em; } .meta td { padding: 0 1em 0 0; }
-.timeline { position: relative; height: 2.2em; background: #f3f3f3; margin: 1em 0; }
-.bar { position: absolute; top: .3em; height: 1.6em; min-width: 3px; }
+h1 { font-size: 1.4em; } .meta td { padding: 0 1em 0 0; vertical-align: top; }
 .ok { background: #4c9a4c; } .error, .timeout, .killed, .kernel-died, .memory { background: #c44; }
 .interrupted, .rejected { background: #d9a400; }
-table.calls { border-collapse: collapse; font-size: .85em; margin: .5em 0 2em; width: 100%; }
-table.calls td, table.calls th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
-.status { font-weight: bold; } .fail { color: #b00; }
-pre { white-space: pre-wrap; word-break: break-word; }
+table.calls, table.summary { border-collapse: collapse; font-size: .85em; margin: .5em 0 1.5em; }
+table.calls { width: 100%; } .side { display: flex; gap: 2em; align-items: flex-start; }
+table.calls td, table.calls th, table.summary td, table.summary th {
+  border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
+table.summary td.n { text-align: right; }
+.status { font-weight: bold; } .fail { color: #b00; } .late { color: #a60; font-weight: bold; }
+.badge { padding: 0 .4em; color: #fff; }
+details > summary { cursor: pointer; color: #335; margin: .3em 0; }
+pre { white-space: pre-wrap; word-break: break-word; margin: 0; }
 """
 
 
 def _esc(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return html.escape(visible(text), quote=True)
-
-
-def _time(value: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _claims(call: dict[str, Any]) -> str:
-    text = claims_text(call)
-    return f'<br><small class="claim">{_esc(text)}</small>' if text else ""
-
-
-def _calls_table(cell: Any, index: int) -> str:
-    meta = cell.metadata.get("cellgate", {})
-    calls = meta.get("calls", [])
-    status = str(meta.get("status"))
-    head = (f'<p class="status">cell {index}: <span class="{_esc(status)}" style="padding:0 .4em;color:#fff">'
-            f"{_esc(status)}</span> · {len(calls)} gated call(s)"
-            + (f" · limits hit: {_esc(', '.join(meta.get('limits_hit', [])))}" if meta.get("limits_hit") else "")
-            + "</p>")
-    if not calls:
-        return head
-    rows = []
-    for call in calls[:500]:
-        outcome = "ok" if call.get("ok") else (call.get("error") or {}).get("kind", call.get("outcome", "failed"))
-        result = call.get("result", call.get("result_preview", (call.get("error") or {}).get("message", "")))
-        rows.append(
-            f"<tr><td>{call.get('seq')}</td><td>{_esc(call.get('tool'))}{_claims(call)}</td><td><pre>{_esc(call.get('args'))[:600]}</pre></td>"
-            f"<td>{_esc(call.get('decision'))}<br><small>{_esc(call.get('rule') or '')}</small></td>"
-            f"<td class=\"{'' if call.get('ok') else 'fail'}\">{_esc(outcome)}</td>"
-            f"<td><pre>{_esc(result)[:600]}</pre></td><td>{float(call.get('duration_ms', 0)):.1f}</td></tr>")
-    more = f"<p>… and {len(calls) - 500} more calls (all in the notebook)</p>" if len(calls) > 500 else ""
-    return (head + '<table class="calls"><tr><th>#</th><th>tool</th><th>arguments</th><th>decision</th>'
-            "<th>outcome</th><th>result / error</th><th>ms</th></tr>" + "".join(rows) + "</table>" + more)
-
-
-def _timeline(cells: list[Any]) -> str:
-    spans: list[tuple[float, float, Any]] = []
-    for cell in cells:
-        start, end = _time(cell.metadata.cellgate.get("started")), _time(cell.metadata.cellgate.get("ended"))
-        if start is not None and end is not None:
-            spans.append((start, end, cell))
-    if not spans:
+    """Any recorded value as HTML text: hidden characters escaped (``reveal``), long values head and tail."""
+    if value is None:
         return ""
-    first, last = min(s for s, _, _ in spans), max(e for _, e, _ in spans)
-    width = max(last - first, 1e-6)
-    bars = []
-    for index, (start, end, cell) in enumerate(spans, start=1):
-        left, size = 100 * (start - first) / width, max(100 * (end - start) / width, 0.2)
-        status = _esc(cell.metadata.cellgate.get("status"))
-        bars.append(f'<div class="bar {status}" style="left:{left:.2f}%;width:{size:.2f}%" '
-                    f'title="cell {index}: {status}, {end - start:.2f} s"></div>')
-    return f'<h2>Timeline ({last - first:.2f} s)</h2><div class="timeline">{"".join(bars)}</div>'
+    return html.escape(cs.value_text(value, 4000) if not isinstance(value, str) else cs.shorten(value, 4000), quote=True)
+
+
+def _table(head: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "summary") -> str:
+    """A table of already-escaped cells."""
+    header = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><tr>{header}</tr>{body}</table>'
+
+
+def _td(text: str, cls: str = "") -> str:
+    return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
+
+
+def _approval_cell(call: dict[str, Any]) -> str:
+    asked = cs.approval(call)
+    if asked is None:
+        return ""
+    when = (f"answered {_esc(cs.format_time(asked.answered))}" if asked.answered is not None
+            else f"withdrawn {_esc(cs.format_time(asked.withdrawn))}" if asked.withdrawn is not None else "no answer")
+    waited = f" ({_esc(cs.format_duration(asked.waited))} after the request)" if asked.waited is not None else ""
+    reason = f"<br><small>{_esc(asked.reason)}</small>" if asked.reason else ""
+    return f"{_esc(asked.approver)}<br><small>{when}{waited}</small>{reason}"
+
+
+def _call_row(call: dict[str, Any], cell: CellView) -> str:
+    found = cs.outcome(call)
+    failed = cs.is_failure(found)
+    exception = cs.exception_name(call)
+    if call.get("ok") is True:
+        result = call.get("result", call.get("result_preview", ""))
+        shown = f"<pre>{html.escape(cs.value_text(result, VALUE_CHARS))}</pre>"
+    else:
+        shown = (f"<b>{_esc(exception or 'unknown')}</b>: " if exception or found == "unknown" else "") + \
+            f"<pre>{_esc(cs.shorten(cs.error_message(call), VALUE_CHARS))}</pre>"
+    claims = claims_text(call)
+    late = '<br><span class="late">late: finished after its cell ended</span>' \
+        if cs.is_late(call, cell.meta.get("ended")) else ""
+    took = cs.number(call.get("duration_ms"))
+    return "".join([
+        _td(_esc(call.get("seq"))),
+        _td(_esc(cs.format_time(cs.call_started(call), date=False))),
+        _td(_esc(call.get("tool")) + (f'<br><small class="claim">{_esc(claims)}</small>' if claims else "")),
+        _td(f"<pre>{html.escape(cs.value_text(call.get('args'), VALUE_CHARS))}</pre>"),
+        _td(f"{_esc(cs.decision(call))}<br><small>{_esc(call.get('rule') or '')}</small>"),
+        _td(_approval_cell(call)),
+        _td(_esc(cs.LABELS[found]) + late, "fail" if failed else ""),
+        _td(shown),
+        _td(_esc(cs.format_duration(took / 1000 if took is not None else None))),
+    ])
+
+
+CALL_HEAD = ("#", "started", "tool", "arguments", "decision / rule", "approver", "outcome", "result / error", "took")
+
+
+def _calls_table(calls: list[dict[str, Any]], cell: CellView) -> str:
+    rows = [[_call_row(call, cell)] for call in calls[:MAX_ROWS]]
+    more = (f"<p>… and {len(calls) - MAX_ROWS} more calls (all are in the notebook; "
+            f"<code>cellgate show --cell {cell.number} --calls all</code> lists them)</p>") if len(calls) > MAX_ROWS else ""
+    return _table(CALL_HEAD, rows, "calls") + more
+
+
+def _summary_tables(calls: list[dict[str, Any]]) -> str:
+    outcomes = _table(("outcome", "calls"), [[_td(_esc(cs.LABELS[k]), "fail" if cs.is_failure(k) else ""),
+                                              _td(str(n), "n")] for k, n in cs.by_outcome(calls).items()])
+    decisions = _table(("decision", "calls"), [[_td(_esc(k)), _td(str(n), "n")]
+                                               for k, n in cs.by_decision(calls).items()])
+    tools = _table(("tool", "calls", "failed", "outcomes", "time", "longest"), [
+        [_td(_esc(t.tool)), _td(str(t.calls), "n"), _td(str(t.failed), "n"),
+         _td(_esc(", ".join(f"{cs.LABELS[k]} {t.outcomes[k]}" for k in cs.OUTCOMES if t.outcomes[k]))),
+         _td(_esc(cs.format_duration(t.total_ms / 1000)), "n"), _td(_esc(cs.format_duration(t.max_ms / 1000)), "n")]
+        for t in cs.by_tool(calls)])
+    return f'<h2>Calls</h2><div class="side">{outcomes}{decisions}</div>{tools}'
+
+
+def _approvals(run: RunView) -> str:
+    asked = [(cell, call) for cell in run.cells for call in cell.calls if cs.approval(call) is not None]
+    if not asked:
+        return ""
+    rows = [[_td(str(cell.number)), _td(_esc(call.get("seq"))), _td(_esc(call.get("tool"))),
+             _td(_esc(cs.LABELS[cs.outcome(call)]), "fail" if cs.is_failure(cs.outcome(call)) else ""),
+             _td(_approval_cell(call)),
+             _td(_esc(cs.format_time(approval.requested)) if (approval := cs.approval(call)) else "")]
+            for cell, call in asked[:MAX_ROWS]]
+    table = _table(("cell", "#", "tool", "outcome", "approver", "asked"), rows)
+    body = table if len(asked) <= OPEN_CALLS else \
+        f"<details><summary>all {len(asked)} asked calls</summary>{table}</details>"
+    return f"<h2>Approvals ({len(asked)} asked)</h2>{body}"
+
+
+def _cell_section(cell: CellView) -> str:
+    status = _esc(cell.status)
+    count = len(cell.calls)
+    head = (f'<p class="status">cell {cell.number}: <span class="badge {status}">{status}</span>'
+            f" · started {_esc(cs.format_time(cell.started))} · took {_esc(cs.format_duration(cell.seconds))}"
+            f" · {count} gated call{'' if count == 1 else 's'}"
+            + (f" · limits hit: {_esc(', '.join(cell.limits_hit))}" if cell.limits_hit else "") + "</p>")
+    if cell.late_outputs:
+        texts = [cs.shorten(cs.text_of(o.get("text")), VALUE_CHARS) for o in cell.late_outputs[:20]
+                 if o.get("output_type") == "stream"]
+        head += (f'<p class="late">late output: {len(cell.late_outputs)} output(s) printed after the cell ended by '
+                 f"work it started</p>" + "".join(f"<pre>{html.escape(t)}</pre>" for t in texts))
+    if not cell.calls:
+        return head
+    if count <= OPEN_CALLS:
+        return head + _calls_table(cell.calls, cell)
+    failures = [c for c in cell.calls if cs.is_failure(cs.outcome(c))]
+    shown = (f"<p>{len(failures)} failed call(s)" + (f", the first {OPEN_CALLS}:" if len(failures) > OPEN_CALLS else ":")
+             + "</p>" + _calls_table(failures[:OPEN_CALLS], cell)) if failures else ""
+    outcomes = ", ".join(f"{cs.LABELS[k]} {n}" for k, n in cs.by_outcome(cell.calls).items())
+    return (f"{head}<p>{_esc(outcomes)}</p>{shown}"
+            f"<details><summary>all {count} calls of cell {cell.number}</summary>{_calls_table(cell.calls, cell)}"
+            "</details>")
+
+
+def _header(run: RunView, path: Path) -> str:
+    meta = run.meta
+    sandbox = cs.as_dict(meta.get("sandbox"))
+    failed = sum(c.status != "ok" for c in run.cells)
+    late_calls = sum(len(c.late_calls) for c in run.cells)
+    late_outputs = sum(len(c.late_outputs) for c in run.cells)
+    memory = sum(r.memory for r in run.restarts)
+    rows = [("session", meta.get("session_id")),
+            ("run", f"{cs.format_time(run.started)} to {cs.format_time(run.ended)} ({cs.format_duration(run.seconds)}; "
+                    "the first cell's start to the last cell's end)"),
+            ("sandbox", f"{sandbox.get('runtime', sandbox.get('isolation'))} "
+                        f"{sandbox.get('runsc_version', '')} {sandbox.get('platform', '')}"),
+            ("versions", meta.get("versions")),
+            ("tools manifest sha256", cs.as_dict(meta.get("tools")).get("manifest_sha256")),
+            ("policy sha256", cs.as_dict(meta.get("policy")).get("sha256")),
+            ("totals", f"{len(run.cells)} cells ({failed} not ok), {len(run.calls)} gated calls"),
+            ("markers", f"{len(run.restarts)} kernel restart(s), {memory} after the memory limit; "
+                        f"{late_calls} late call(s); {late_outputs} late output(s)"),
+            ("journal", cs.as_dict(meta.get("journal")).get("file"))]
+    return '<table class="meta">' + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows) \
+        + "</table>"
 
 
 def render(path: Path) -> str:
     nb = load_notebook(path)
-    meta = nb.metadata.cellgate
+    run = read_run(nb, path.name)
     marker = f"CELLGATECALLS{secrets.token_hex(8)}X"
-    code_cells = [c for c in nb.cells if c.cell_type == "code"]
     shown = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python"}})
+    sections: dict[str, str] = {}
+    code = iter(run.cells)
     for index, cell in enumerate(nb.cells):
         shown.cells.append(cell)
         if cell.cell_type == "code":
+            sections[f"{marker}{index}END"] = _cell_section(next(code))
             shown.cells.append(nbformat.v4.new_raw_cell(f"{marker}{index}END", metadata={"format": "text/html"}))
     exporter = HTMLExporter(template_name="basic", exclude_anchor_links=True)
     exporter.register_preprocessor(SanitizeHTML(strip=True), enabled=True)
-    body, _ = exporter.from_notebook_node(shown)
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            number = code_cells.index(cell) + 1
-            body = body.replace(f"{marker}{index}END", _calls_table(cell, number))
-    sandbox = meta.get("sandbox", {})
-    calls = sum(len(c.metadata.cellgate.get("calls", [])) for c in code_cells)
-    failed = sum(c.metadata.cellgate.get("status") != "ok" for c in code_cells)
-    rows = [("session", meta.get("session_id")), ("sandbox", f"{sandbox.get('runtime', sandbox.get('isolation'))} "
-             f"{sandbox.get('runsc_version', '')} {sandbox.get('platform', '')}"),
-            ("versions", meta.get("versions")), ("tools manifest sha256", (meta.get("tools") or {}).get("manifest_sha256")),
-            ("policy sha256", (meta.get("policy") or {}).get("sha256")),
-            ("totals", f"{len(code_cells)} cells ({failed} not ok), {calls} gated calls"),
-            ("journal", (meta.get("journal") or {}).get("file"))]
-    header = "<table class=\"meta\">" + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows) + "</table>"
+    try:
+        body, _ = exporter.from_notebook_node(shown)
+    except (ValidationError, ValueError, KeyError, TypeError, AttributeError) as exc:  # nbconvert validates the cells
+        problem = str(getattr(exc, "message", exc)).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: its cells are not a valid notebook ({problem}); is it a cellgate audit "
+                          "notebook, or was it edited? `cellgate verify` compares it with its journal") from None
+    for key, section in sections.items():
+        body = body.replace(key, section)
     pygments_css = HtmlFormatter().get_style_defs(".highlight")
+    calls = run.calls
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f'<meta name="referrer" content="no-referrer"><title>cellgate run {_esc(path.name)}</title>'
-            f"<style>{STYLE}{pygments_css}</style></head><body><h1>cellgate run: {_esc(path.name)}</h1>"
-            f"{header}{_timeline(code_cells)}<h2>Cells</h2>{body}</body></html>\n")
+            f"<style>{STYLE}{timeline.STYLE}{pygments_css}</style></head><body><h1>cellgate run: {_esc(path.name)}</h1>"
+            f"{_header(run, path)}{_summary_tables(calls) if calls else ''}{_approvals(run)}"
+            f"{timeline.timeline(run, _esc)}<h2>Cells</h2>{body}</body></html>\n")
 
 
 def write_report(path: Path, output: Path) -> Path:
     write_atomically(output, render(path))
     return output
+
+
+__all__ = ["CSP", "render", "write_report"]

@@ -1,19 +1,29 @@
-"""Reading a run: load its notebook safely, summarise it in the terminal (verification: ``verification``)."""
+"""Reading a run: load its notebook safely, summarise it in the terminal or as JSON (``cellgate show``).
+
+The terminal view prints every recorded value as text (``rich.text.Text``, never markup) through
+``terminal.reveal``, so a tampered notebook cannot move the cursor, write the clipboard or style text;
+long values are shown head and tail. ``--json`` prints the same facts for scripts (``show_json``).
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._terminal import reveal
+from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
+from cellgate.gate.audit.run_view import CellView, Restart, RunView, read_run
+
+CALLS_SHOWN = 10  # calls listed per cell unless --calls says otherwise
+FORMAT = "cellgate.show/1"
 
 
 def _text(path: Path) -> str:
@@ -36,8 +46,10 @@ def load_notebook(path: Path) -> Any:
         # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
         # schema is slow): every field is checked where it is read.
         nb = nbformat.convert(nbformat.reader.reads(_text(path)), 4)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not a notebook, not UTF-8
-        raise _unreadable(path, exc) from None
+    except RecursionError:
+        raise _unreadable(path, "its JSON is nested too deeply") from None
+    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # not JSON, UTF-8, ...
+        raise _unreadable(path, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from None
     if not isinstance(nb.metadata.get("cellgate"), dict):
         raise _no_cellgate(path)
     return nb
@@ -48,21 +60,15 @@ def notebook_json(path: Path) -> dict[str, Any]:
     what ``show`` summarises, without importing nbformat."""
     try:
         nb = json.loads(_text(path))
+    except RecursionError:
+        raise _unreadable(path, "its JSON is nested too deeply") from None
     except ValueError as exc:  # not JSON, not UTF-8
         raise _unreadable(path, exc) from None
     if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
         raise _unreadable(path, "not the JSON of an nbformat 4 notebook")
-    if not isinstance(_dict(nb.get("metadata")).get("cellgate"), dict):
+    if not isinstance(cs.as_dict(nb.get("metadata")).get("cellgate"), dict):
         raise _no_cellgate(path)
     return nb
-
-
-def _source(cell: dict[str, Any]) -> str:
-    """A cell's source: nbformat writes a multi-line one as a list of its lines."""
-    source = cell.get("source")
-    if isinstance(source, list) and all(isinstance(part, str) for part in source):
-        return "".join(source)
-    return source if isinstance(source, str) else ""
 
 
 def journal_of(path: Path, nb: Any) -> str:
@@ -71,31 +77,13 @@ def journal_of(path: Path, nb: Any) -> str:
     return journal_name(journal.get("file") if isinstance(journal, dict) else None, path)
 
 
-def _duration(cell: dict[str, Any]) -> str:
-    meta = _dict(_dict(cell.get("metadata")).get("cellgate"))
-    try:
-        start = datetime.fromisoformat(meta["started"].replace("Z", "+00:00"))
-        end = datetime.fromisoformat(meta["ended"].replace("Z", "+00:00"))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return "?"
-    return f"{(end - start).total_seconds():.2f} s"
-
-
 STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout": "red", "killed": "bold red",
                 "kernel-died": "bold red", "memory": "bold red", "rejected": "yellow"}
 
 
 def _field(value: Any, limit: int = 200) -> str:
-    """A recorded value as one line a terminal shows as text (see ``terminal.reveal``)."""
-    return reveal(value if isinstance(value, str) else str(value))[:limit]
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+    """A recorded value as one line a terminal shows as text (see ``terminal.reveal``), head and tail if long."""
+    return cs.shorten(value if isinstance(value, str) else str(value), limit)
 
 
 def _count(value: Any) -> int:
@@ -104,7 +92,7 @@ def _count(value: Any) -> int:
 
 def claims_text(call: dict[str, Any]) -> str:
     """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
-    claimed = _dict(call.get("claimed"))
+    claimed = cs.as_dict(call.get("claimed"))
     parts = []
     if claimed.get("line") is not None:
         parts.append(f"line {_field(claimed['line'], 20)}")
@@ -115,74 +103,204 @@ def claims_text(call: dict[str, Any]) -> str:
     return "reported by the kernel: " + ", ".join(parts) if parts else ""
 
 
-def show(path: Path, console: Console | None = None) -> int:
-    """A terminal summary of a run; returns the number of cells that did not end ok.
+def calls_listed(cell: CellView, limit: int | None) -> tuple[list[dict[str, Any]], int]:
+    """The calls a view lists of a cell (failures first, at most ``limit``; None: all) and how many it leaves out."""
+    ordered = cs.failures_first(cell.calls) if limit is not None and len(cell.calls) > limit else cell.calls
+    listed = [dict(c) for c in (ordered if limit is None else ordered[:limit])]
+    return listed, len(cell.calls) - len(listed)
 
-    Every recorded value is printed as text (``rich.text.Text``, never markup) and through
-    ``terminal.reveal``, so a tampered notebook cannot move the cursor, write the clipboard or style text.
-    """
-    console = console or Console(highlight=False)
 
-    def line(*parts: str | tuple[str, str]) -> None:
-        console.print(Text.assemble(*parts), soft_wrap=True)
+def _ms(value: Any) -> str:
+    took = cs.number(value)
+    return cs.format_duration(took / 1000) if took is not None else "?"
 
-    nb = notebook_json(path)
-    meta = _dict(nb["metadata"]["cellgate"])
-    sandbox = _dict(meta.get("sandbox"))
-    line((_field(path.name), "bold"), f"  session {_field(meta.get('session_id', '?'))[:12]}  "
-         f"sandbox {_field(sandbox.get('runtime', sandbox.get('isolation', '?')))} "
-         f"{_field(sandbox.get('runsc_version', ''))} {_field(sandbox.get('platform', ''))}")
-    if meta.get("replay_of"):
-        line(f"replay of {_field(_dict(meta['replay_of']).get('notebook'), 500)}")
-    table = Table(show_lines=False)
-    for column in ("#", "status", "duration", "calls", "program (first line)"):
+
+def _clock(value: Any) -> str:
+    return cs.format_time(cs.parse_time(value), date=False)
+
+
+def approval_text(call: dict[str, Any]) -> str:
+    """Who answered a call's approval request and when, in one line; '' for a call no approver was asked."""
+    asked = cs.approval(call)
+    if asked is None:
+        return ""
+    said = {"approved": "approved it", "denied-by-approver": "denied it"}.get(cs.outcome(call))
+    if asked.answered is not None:
+        text = f"approver {_field(asked.approver, 100)} {said or 'answered'} at {cs.format_time(asked.answered, date=False)}"
+    elif asked.withdrawn is not None:
+        text = f"approver {_field(asked.approver, 100)} was asked; withdrawn at {cs.format_time(asked.withdrawn, date=False)}"
+    else:
+        text = f"approver {_field(asked.approver, 100)} was asked; no answer"
+    if asked.waited is not None:
+        text += f", {cs.format_duration(asked.waited)} after the request"
+    return text + (f": {_field(asked.reason, 200)}" if asked.reason else "")
+
+
+def _tool_table(calls: list[dict[str, Any]]) -> Table:
+    table = Table(title="calls per tool", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("tool", "calls", "failed", "outcomes", "time", "longest"):
         table.add_column(column)
-    failed, total_calls = 0, 0
-    decisions: dict[str, int] = {}
-    code_cells = [c for c in map(_dict, nb["cells"]) if c.get("cell_type") == "code"]
-    for index, cell in enumerate(code_cells, start=1):
-        cg = _dict(_dict(cell.get("metadata")).get("cellgate"))
-        status = _field(cg.get("status"), 40)
-        failed += status != "ok"
-        calls = _list(cg.get("calls"))
-        total_calls += len(calls)
-        source = _source(cell)
-        first = _field(source.strip().splitlines()[0] if source.strip() else "", 60)
-        table.add_row(str(index), Text(status, STATUS_STYLE.get(status, "white")), _duration(cell), str(len(calls)),
-                      Text(first))
-        for call in map(_dict, calls):
-            decision = _field(call.get("decision"), 40)
-            decisions[decision] = decisions.get(decision, 0) + 1
-    console.print(table)
-    for index, cell in enumerate(code_cells, start=1):
-        cg = _dict(_dict(cell.get("metadata")).get("cellgate"))
-        error = _dict(cg.get("error"))
-        if error:
-            evalue = str(error.get("evalue", "")).strip().splitlines()
-            line(f"cell {index} ", (_field(error.get("ename"), 80), "red"), f": {_field(evalue[0] if evalue else '')}")
-        calls = [_dict(c) for c in _list(cg.get("calls"))]
-        shown = [c for c in calls if not c.get("ok")] + [c for c in calls if c.get("ok")][:5]
-        if not calls:
-            continue
-        line(f"cell {index}: {len(calls)} call(s)" + (" (failures first, then the first 5)" if len(calls) > 5 else ""))
-        for call in shown:
-            outcome = ("ok", "green") if call.get("ok") else \
-                (_field(_dict(call.get("error")).get("kind", call.get("outcome", "failed")), 40), "red")
-            duration = call.get("duration_ms")
-            took = f"{duration:.1f} ms" if isinstance(duration, (int, float)) and not isinstance(duration, bool) else "?"
-            claims = claims_text(call)
-            line(f"  #{_field(call.get('seq'), 20)} {_field(call.get('tool'), 100)} "
-                 f"decision={_field(call.get('decision'), 40)} ", outcome, f" {took}",
-                 (f" ({claims})" if claims else "", "dim"))
-    line(f"totals: {len(code_cells)} cells ({failed} not ok), {total_calls} calls "
-         f"({', '.join(f'{k}: {v}' for k, v in sorted(decisions.items(), key=str)) or 'none'})")
-    agent = _dict(meta.get("agent"))
-    if agent:
-        usage = _dict(agent.get("usage"))
-        ended = _dict(agent.get("ended")) or {"reason": "still running, or the host stopped"}
-        line(f"agent: model {_field(agent.get('model'))}, mode {_field(agent.get('mode'))}, "
-             f"{len(_list(agent.get('turns')))} turns, ended {_field(ended.get('reason'))}; "
-             f"tokens in {_count(usage.get('input_tokens')):,} out {_count(usage.get('output_tokens')):,} "
-             f"cache read {_count(usage.get('cache_read_input_tokens')):,} "
-             f"cache write {_count(usage.get('cache_creation_input_tokens')):,}")
-    return failed
+    for row in cs.by_tool(calls):
+        outcomes = ", ".join(f"{cs.LABELS[k]} {n}" for k, n in sorted(row.outcomes.items(), key=lambda i: cs.OUTCOMES.index(i[0])))
+        table.add_row(Text(_field(row.tool, 60)), str(row.calls), str(row.failed), outcomes,
+                      cs.format_duration(row.total_ms / 1000), cs.format_duration(row.max_ms / 1000))
+    return table
+
+
+class _Printer:
+    """The terminal view: one method per part, every recorded value as text."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def line(self, *parts: str | tuple[str, str]) -> None:
+        self.console.print(Text.assemble(*parts), soft_wrap=True)
+
+    def header(self, run: RunView, path: Path) -> None:
+        sandbox = cs.as_dict(run.meta.get("sandbox"))
+        self.line((_field(path.name), "bold"), f"  session {_field(run.meta.get('session_id', '?'))[:12]}  "
+                  f"sandbox {_field(sandbox.get('runtime', sandbox.get('isolation', '?')))} "
+                  f"{_field(sandbox.get('runsc_version', ''))} {_field(sandbox.get('platform', ''))}")
+        if run.meta.get("replay_of"):
+            self.line(f"replay of {_field(cs.as_dict(run.meta['replay_of']).get('notebook'), 500)}")
+        self.line(f"run: {cs.format_time(run.started)} to {cs.format_time(run.ended)} "
+                  f"({cs.format_duration(run.seconds)}; the first cell's start to the last cell's end)")
+
+    def cells_table(self, run: RunView) -> None:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # no column rules: the program keeps its room in 80 columns
+        table.add_column("#", justify="right")
+        table.add_column("status", overflow="fold", max_width=12)
+        for column in ("started", "took", "calls"):
+            table.add_column(column)
+        table.add_column("program", min_width=30, overflow="fold")
+        restarts = {r.after: r for r in run.restarts}
+        for cell in run.cells:
+            if cell.number - 1 in restarts:
+                self._restart_row(table, restarts[cell.number - 1])
+            status = _field(cell.status, 40)
+            late = ", ".join(f"{n} late {what}{'s' if n > 1 else ''}" for n, what in (
+                (len(cell.late_outputs), "output"), (len(cell.late_calls), "call")) if n)
+            program = Text(_field(cell.title, 60))
+            if late:
+                program.append(f"\n{late}", "yellow")
+            table.add_row(str(cell.number), Text(status, STATUS_STYLE.get(status, "white")),
+                          cs.format_time(cell.started, date=False), cs.format_duration(cell.seconds),
+                          str(len(cell.calls)), program)
+        if len(run.cells) in restarts:
+            self._restart_row(table, restarts[len(run.cells)])
+        self.console.print(table)
+
+    @staticmethod
+    def _restart_row(table: Table, restart: Restart) -> None:
+        table.add_row("", Text("restart", "bold red" if restart.memory else "yellow"), "", "", "",
+                      Text(f"kernel restarted ({_field(restart.reason, 40)})"))
+
+    def cell_details(self, cell: CellView, limit: int | None, program: bool) -> None:
+        count = len(cell.calls)
+        self.line((f"cell {cell.number}", "bold"), " ", (_field(cell.status, 40), STATUS_STYLE.get(cell.status, "")),
+                  f"  started {cs.format_time(cell.started, date=False)}, took {cs.format_duration(cell.seconds)}, "
+                  f"{count} call{'' if count == 1 else 's'}"
+                  + (f", limits hit: {_field(', '.join(cell.limits_hit), 200)}" if cell.limits_hit else ""))
+        if program:
+            lines = cell.source.splitlines() or [""]
+            for number, text in enumerate(lines[:200], start=1):
+                self.line((f"  {number:>3} ", "dim"), reveal(text[:2000], compress=False))
+            if len(lines) > 200:
+                self.line(f"  … {len(lines) - 200} more lines (in the notebook)")
+        if cell.error:
+            ename, evalue = cell.error
+            first = evalue.strip().splitlines()
+            self.line("  raised ", (_field(ename, 80), "red"), f": {_field(first[0] if first else '')}")
+        if cell.late_outputs:
+            self.line(("  late output: ", "yellow"), f"{len(cell.late_outputs)} output(s) printed after the cell ended "
+                      "by work it started (metadata.cellgate.late_outputs)")
+        listed, left_out = calls_listed(cell, limit)
+        for call in listed:
+            self.call(call, cell)
+        if left_out:
+            self.line(f"  … {left_out} more call{'' if left_out == 1 else 's'} of cell {cell.number} not shown "
+                      f"(failures are listed first); --calls all lists every call")
+
+    def call(self, call: dict[str, Any], cell: CellView) -> None:
+        found = cs.outcome(call)
+        failed = cs.is_failure(found)
+        shown = ("ok", "green") if call.get("ok") is True else (found, "red" if failed else "yellow")
+        rule = call.get("rule")
+        self.line(f"  #{_field(call.get('seq'), 20)} {_field(call.get('tool'), 100)} "
+                  f"decision={_field(cs.decision(call), 40)} ", shown,
+                  f" {_ms(call.get('duration_ms'))} at {_clock(call.get('started'))}"
+                  + (f", rule {_field(rule, 120)}" if isinstance(rule, str) and rule else ""),
+                  (" LATE: finished after its cell ended" if cs.is_late(call, cell.meta.get("ended")) else "", "yellow"))
+        self.line(("      args ", "dim"), cs.value_text(call.get("args"), 300))
+        approved = approval_text(call)
+        if approved:
+            self.line(("      ", ""), approved)
+        exception = cs.exception_name(call)
+        if exception is not None or found == "unknown":
+            self.line("      ", (exception or "unknown", "red"), f": {_field(cs.error_message(call), 400)}")
+        claims = claims_text(call)
+        if claims:
+            self.line(("      " + claims, "dim"))
+
+    def totals(self, run: RunView) -> None:
+        failed = sum(cell.status != "ok" for cell in run.cells)
+        decisions = ", ".join(f"{_field(k, 40)}: {v}" for k, v in cs.by_decision(run.calls).items())
+        self.line(f"totals: {len(run.cells)} cells ({failed} not ok), {len(run.calls)} calls ({decisions or 'none'})")
+        if run.calls:
+            self.line("outcomes: " + ", ".join(f"{cs.LABELS[k]} {n}" for k, n in cs.by_outcome(run.calls).items()))
+            self.console.print(_tool_table(run.calls))
+
+    def agent(self, run: RunView) -> None:
+        agent = cs.as_dict(run.meta.get("agent"))
+        if not agent:
+            return
+        usage = cs.as_dict(agent.get("usage"))
+        ended = cs.as_dict(agent.get("ended")) or {"reason": "still running, or the host stopped"}
+        self.line(f"agent: model {_field(agent.get('model'))}, mode {_field(agent.get('mode'))}, "
+                  f"{len(cs.as_list(agent.get('turns')))} turns, ended {_field(ended.get('reason'))}; "
+                  f"tokens in {_count(usage.get('input_tokens')):,} out {_count(usage.get('output_tokens')):,} "
+                  f"cache read {_count(usage.get('cache_read_input_tokens')):,} "
+                  f"cache write {_count(usage.get('cache_creation_input_tokens')):,}")
+
+
+def read(path: Path) -> RunView:
+    return read_run(notebook_json(path), path.name)
+
+
+def select_cell(run: RunView, number: int | None) -> CellView | None:
+    if number is None:
+        return None
+    try:
+        return run.cell(number)
+    except ValueError as exc:
+        raise ConfigError(f"--cell {number}: {exc}; `cellgate show {run.name}` lists them") from None
+
+
+def show(path: Path, console: Console | None = None, *, cell: int | None = None,
+         calls: int | None = CALLS_SHOWN) -> int:
+    """A terminal summary of a run (or of one cell, with its program); returns the number of cells shown that
+    did not end ok. ``calls``: calls listed per cell, failures first (None: all)."""
+    printer = _Printer(console or Console(highlight=False))
+    run = read(path)
+    chosen = select_cell(run, cell)
+    printer.header(run, path)
+    if chosen is not None:
+        before = [r for r in run.restarts if r.after == chosen.number - 1]
+        for restart in before:
+            printer.line(("kernel restarted", "bold red" if restart.memory else "yellow"),
+                         f" ({_field(restart.reason, 40)}) before this cell")
+        printer.cell_details(chosen, calls, program=True)
+        if chosen.calls:
+            printer.console.print(_tool_table(chosen.calls))
+        return int(chosen.status != "ok")
+    printer.cells_table(run)
+    for each in run.cells:
+        if each.error or each.calls or each.late_outputs:
+            printer.cell_details(each, calls, program=False)
+    printer.totals(run)
+    printer.agent(run)
+    return sum(each.status != "ok" for each in run.cells)
+
+
+__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed", "claims_text", "journal_of", "load_notebook",
+           "notebook_json", "read", "select_cell", "show"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
 from cellgate.gate._startup import defer_slow_imports
 from cellgate.gate._terminal import clean, reveal
+from cellgate.gate.ops.review_cli import add_report, add_show
 
 if TYPE_CHECKING:  # imported where a command needs them: `cellgate --help` must not pay for any of these
     from rich.console import Console
@@ -284,28 +285,8 @@ def _add_audit(sub: Any) -> None:
 
     verify.set_defaults(run=run_verify)
 
-    show = sub.add_parser("show", help="summarise an audit notebook in the terminal")
-    show.add_argument("notebook")
-
-    def run_show(a: argparse.Namespace) -> int:
-        from cellgate.gate.audit.show import show as summarise
-
-        summarise(Path(a.notebook))
-        return 0
-
-    show.set_defaults(run=run_show)
-
-    report = sub.add_parser("report", help="write a self-contained, inert HTML page of a run")
-    report.add_argument("notebook")
-    report.add_argument("-o", "--output", required=True, help="the .html file to write")
-
-    def run_report(a: argparse.Namespace) -> int:
-        from cellgate.gate.audit.report import write_report
-
-        print(f"wrote {write_report(Path(a.notebook), Path(a.output))}")
-        return 0
-
-    report.set_defaults(run=run_report)
+    add_show(sub)
+    add_report(sub)
 
 
 def _add_replay(sub: Any) -> None:
