@@ -118,3 +118,24 @@ def test_the_page_is_inert_and_every_value_escaped(page: tuple[str, Page]) -> No
     assert f'content="{CSP}"' in text and "script" not in parsed.tags
     assert "x\\u202eevil\\u001b[2Jyyy" in text and "\u202e" not in text and "\x1b" not in text
     assert "characters elided" in text
+
+
+def test_the_principal_an_mcp_session_acted_for_is_shown(tmp_path) -> None:
+    import json
+
+    from cellgate.gate.audit.show_json import json_view
+
+    path = mixed_run(tmp_path)
+    nb = json.loads(path.read_text())
+    assert "principal" not in nb["metadata"]["cellgate"]
+    assert ["principal", "(none: a local session)"] in _rows(render(path))
+    nb["metadata"]["cellgate"]["principal"] = {"name": "alice<b>", "issuer": "static-token"}
+    path.write_text(json.dumps(nb))
+    assert ["principal", "alice<b> (static-token)"] in _rows(render(path))
+    assert json_view(path)["session"]["principal"] == "alice<b> (static-token)"
+
+
+def _rows(text: str) -> list[list[str]]:
+    parsed = Page()
+    parsed.feed(text)
+    return parsed.rows

@@ -184,6 +184,7 @@ def _header(run: RunView, path: Path) -> str:
     late_outputs = sum(len(c.late_outputs) for c in run.cells)
     memory = sum(r.memory for r in run.restarts)
     rows = [("session", meta.get("session_id")),
+            ("principal", run.principal or "(none: a local session)"),
             ("run", f"{cs.format_time(run.started)} to {cs.format_time(run.ended)} ({cs.format_duration(run.seconds)}; "
                     "the first cell's start to the last cell's end)"),
             ("sandbox", f"{sandbox.get('runtime', sandbox.get('isolation'))} "

@@ -86,6 +86,16 @@ class RunView:
     def calls(self) -> list[dict[str, Any]]:
         return [call for cell in self.cells for call in cell.calls]
 
+    @property
+    def principal(self) -> str | None:
+        """Whom the session acted for (``cellgate mcp serve``'s authenticated principal), as "name (issuer)"."""
+        principal = self.meta.get("principal")
+        name = principal.get("name") if isinstance(principal, dict) else None
+        if not isinstance(name, str):
+            return None
+        issuer = principal.get("issuer") if isinstance(principal, dict) else None
+        return name + (f" ({issuer})" if isinstance(issuer, str) and issuer else "")
+
     def cell(self, number: int) -> CellView:
         """Code cell ``number`` (1-based); ValueError naming the range when there is none."""
         if not 1 <= number <= len(self.cells):

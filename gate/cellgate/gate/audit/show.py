@@ -161,6 +161,8 @@ class _Printer:
         self.line((_field(path.name), "bold"), f"  session {_field(run.meta.get('session_id', '?'))[:12]}  "
                   f"sandbox {_field(sandbox.get('runtime', sandbox.get('isolation', '?')))} "
                   f"{_field(sandbox.get('runsc_version', ''))} {_field(sandbox.get('platform', ''))}")
+        if run.principal is not None:
+            self.line(f"principal: {_field(run.principal, 300)}")
         if run.meta.get("replay_of"):
             self.line(f"replay of {_field(cs.as_dict(run.meta['replay_of']).get('notebook'), 500)}")
         self.line(f"run: {cs.format_time(run.started)} to {cs.format_time(run.ended)} "

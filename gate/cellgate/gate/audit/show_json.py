@@ -1,7 +1,7 @@
 """`cellgate show --json`: the facts of ``cellgate show`` for scripts, in a stable shape.
 
     {"format": "cellgate.show/1", "notebook": str,
-     "session": {"id", "sandbox": {"runtime", "runsc_version", "platform"}, "replay_of"},
+     "session": {"id", "principal", "sandbox": {"runtime", "runsc_version", "platform"}, "replay_of"},
      "run": {"started", "ended", "seconds"},            # the first cell's start, the last cell's end
      "totals": {"cells", "not_ok", "calls", "by_outcome": {outcome: n}, "by_decision": {decision: n},
                 "by_tool": [{"tool", "calls", "failed", "outcomes": {outcome: n}, "total_ms", "max_ms"}]},
@@ -99,7 +99,7 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
     all_calls = run.calls
     return {
         "format": FORMAT, "notebook": cs.shorten(path.name, 300),
-        "session": {"id": _string(run.meta.get("session_id"), 100),
+        "session": {"id": _string(run.meta.get("session_id"), 100), "principal": _string(run.principal, 300),
                     "sandbox": {k: _string(sandbox.get(k), 100) for k in ("runtime", "runsc_version", "platform")},
                     "replay_of": _string(cs.as_dict(run.meta.get("replay_of")).get("notebook"), 500)},
         "run": {"started": _when(run.started), "ended": _when(run.ended), "seconds": run.seconds},
