@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ROOT
 
 PYTHON = "/usr/bin/python3"
@@ -129,7 +128,8 @@ for kind, path in json.loads(sys.argv[1]):
 @pytest.fixture(scope="module")
 def people() -> Iterator[tuple[int, int, Path]]:
     """(owner uid, stranger uid, a folder both can read) with the code both run; their state is removed after."""
-    owner = 61000 + 2 * secrets.randbelow(2000)  # no account needed; apart from other runs on this machine
+    # No account needed; above the ranges of real and systemd's dynamic users, apart from other runs here.
+    owner = 2_000_000 + 2 * secrets.randbelow(500_000)
     stranger = owner + 1
     base = Path(tempfile.mkdtemp(prefix="cellgate-users-"))
     try:
