@@ -465,6 +465,7 @@ def test_B3_a_host_workspace_folder_must_be_bounded(session_factory, tmp_path: P
 def test_B3_B6_doctor_clean_removes_what_a_crashed_host_left(tmp_path: Path, approvals: Path) -> None:
     root = tmp_path / "run"
     left = root / "cg-0123456789ab"
+    root.mkdir(mode=0o700)  # as a host makes it (doctor cleans only a run root that is the user's alone)
     (left / "ipc").mkdir(parents=True)  # prepared, mounted, then the host died before it wrote owner.json
     mounts.mount_tmpfs(left / "ipc", mounts.IPC_BYTES, 1000, 1000)
     try:

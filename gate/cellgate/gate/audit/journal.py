@@ -88,7 +88,16 @@ class Journal:
                 self.seq, self.head = found.records[-1]["seq"], found.records[-1]["hash"]
             if found.torn_tail:  # drop the cut-short write so new records follow a whole line
                 os.truncate(path, found.valid_bytes)
-        self._file = open(path, "a", encoding="utf-8")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # 0600: the owner's alone
+            raise JournalError(f"the journal {path} cannot be opened ({exc.strerror}); it must be a regular file") \
+                from None
+        if (owner := os.fstat(fd).st_uid) != os.geteuid():
+            os.close(fd)
+            raise JournalError(f"the journal {path} belongs to uid {owner}, not to you (uid {os.geteuid()}): "
+                               "another user created it first; record to a notebook in a folder of your own")
+        self._file = open(fd, "a", encoding="utf-8")
 
     def append(self, event: str, sync: bool = False, **data: Any) -> dict[str, Any]:
         """Write one record (fsync'd if ``sync``); raises JournalError once broken."""

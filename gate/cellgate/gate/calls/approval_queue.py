@@ -22,11 +22,12 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
 from cellgate.gate._terminal import reveal
 from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver
+from cellgate.gate.sandbox.runtime_dir import check_private, private_dir, run_root
 
 
 def approvals_dir() -> Path:
-    from cellgate.gate.sandbox.container import run_root
-
+    """Where the queue lives: ``$CELLGATE_APPROVALS_DIR``, else ``approvals`` in the run root. The queue uses it
+    only if it is this user's alone (``runtime_dir``): an answer file there approves a call."""
     return Path(os.environ.get("CELLGATE_APPROVALS_DIR") or run_root() / "approvals")
 
 
@@ -36,8 +37,7 @@ class QueueApprover(Approver):
     name = "queue"
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = folder or approvals_dir()
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.folder = private_dir(folder or approvals_dir())
 
     async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
         pending = self.folder / f"{request.id}.request.json"
@@ -106,6 +106,8 @@ def withdraw_orphans(folder: Path | None = None) -> list[str]:
 
     folder = folder or approvals_dir()
     gone = []
+    if folder.is_dir():
+        check_private(folder)
     for path in sorted(folder.glob("*.request.json")) if folder.is_dir() else []:
         try:
             owner = json.loads(path.read_text()).get("owner")
@@ -193,6 +195,8 @@ def pending_request(request_id: str, folder: Path | None = None) -> ApprovalRequ
     if not _REQUEST_ID.fullmatch(request_id):
         raise ConfigError(f"{request_id!r} is not an approval request id (letters, digits, - and _); "
                           "`cellgate approvals list` shows them")
+    if folder.is_dir():
+        check_private(folder)
     try:
         return request_from(json.loads((folder / f"{request_id}.request.json").read_text()))
     except FileNotFoundError:

@@ -28,6 +28,8 @@ import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import mounts, oci, snapshot
 from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.runtime_dir import check_private, private_dir
+from cellgate.gate.sandbox.runtime_dir import run_root as run_root  # where callers have always found it
 from cellgate.kernel import wire
 
 Isolation = Literal["gvisor", "none"]
@@ -35,17 +37,6 @@ CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_FILE = "owner.json"
 ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
-
-
-def run_root() -> Path:
-    """Where run folders live: /run/cellgate as root, else the user's runtime dir."""
-    base = os.environ.get("CELLGATE_RUN_ROOT")
-    if base:
-        return Path(base)
-    if os.geteuid() == 0:
-        return Path("/run/cellgate")
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/cellgate-{os.geteuid()}"
-    return Path(runtime) / "cellgate"
 
 
 def kernel_python_path() -> str:
@@ -91,6 +82,7 @@ def reap_leftovers(root: Path | None = None) -> list[str]:
     reaped: list[str] = []
     if not root.is_dir():
         return reaped
+    check_private(root)  # its owner records name programs to run: only ever this user's own
     for folder in root.iterdir():
         owner_file = folder / OWNER_FILE
         try:
@@ -171,7 +163,7 @@ class Sandbox:
 
     # -- lifecycle
     def _prepare(self) -> list[str]:
-        run_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(run_root())
         self.root.mkdir(mode=0o700)
         for part in ("bundle/rootfs", "etc", "ipc", "conn", "tools", "state", "log"):
             self.path(*part.split("/")).mkdir(parents=True)

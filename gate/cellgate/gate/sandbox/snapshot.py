@@ -33,6 +33,7 @@ from pathlib import Path
 
 import cellgate.kernel
 from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.runtime_dir import private_dir
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +68,7 @@ def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
     if image.is_dir():
         os.utime(image)  # recently used: pruned last
         return image
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)
     with open(folder / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
         if image.is_dir():

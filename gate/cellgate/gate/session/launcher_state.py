@@ -21,7 +21,9 @@ from typing import Literal, get_args
 
 from jupyter_core.paths import jupyter_runtime_dir
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
+from cellgate.gate.sandbox.runtime_dir import check_private, private_dir
 
 # How a launcher's kernel ended: the next launcher on the same connection file continues the record
 # unless it was a full shutdown (then the state file is removed).
@@ -58,13 +60,16 @@ def _private(info: os.stat_result, what: str, mode: int) -> None:
 
 
 def _folder(path: Path, create: bool) -> None:
-    folder = path.parent
-    if create:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode):
-        raise UntrustedState(f"{folder} is not a folder")
-    _private(info, f"the folder {folder}", 0o700)
+    """The state's folder, created 0700 if ``create``; UntrustedState unless it is this user's alone."""
+    if not create and not os.path.lexists(path.parent):
+        raise FileNotFoundError(path.parent)  # no state yet
+    try:
+        if create:
+            private_dir(path.parent)
+        else:
+            check_private(path.parent)
+    except ConfigError as exc:
+        raise UntrustedState(str(exc)) from None
 
 
 def load(path: Path) -> LaunchState | None:
