@@ -49,6 +49,8 @@ class ApprovalRequest:
     deadline: float
     # The host process that waits for the answer ({"pid", "start_time"}); a request whose owner is gone is withdrawn.
     owner: dict[str, Any] | None = None
+    # Whom the session acts for (an authenticated principal of `cellgate mcp serve`); None for a local session.
+    principal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def describe_request(request: ApprovalRequest) -> str:
     args = json.dumps(request.args, ensure_ascii=False, sort_keys=True)
     lines = [
         f"tool:      {reveal(request.tool)}",
+        *([f"asked by:  principal {reveal(request.principal)}"] if request.principal else []),
         f"arguments: {head_and_tail(args, ARGS_SHOWN, f'`cellgate approvals show {reveal(request.id)}` prints all')}",
         f"sha256:    {reveal(request.args_sha256)} (of the arguments; the approval is bound to it)",
     ]
@@ -146,6 +149,7 @@ def describe_full(request: ApprovalRequest) -> tuple[str, bool]:
     lines = [
         f"request:   {reveal(request.id)} (session {reveal(request.session)}, call {request.seq})",
         f"tool:      {reveal(request.tool)}",
+        *([f"asked by:  principal {reveal(request.principal)}"] if request.principal else []),
         "arguments (complete; every invisible, format, bidi and non-ASCII space character escaped):",
         *("  " + reveal(line, compress=False) for line in text.split("\n")),
         f"sha256:    {args_sha256} ({len(canonical_json(request.args).encode()):,} bytes of canonical JSON)",

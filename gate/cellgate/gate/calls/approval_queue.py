@@ -182,7 +182,8 @@ def request_from(data: Any) -> ApprovalRequest:
         args_sha256=str(data.get("args_sha256", "")),
         cell_line=line if isinstance(line, int) and not isinstance(line, bool) else None,
         source_line=None if data.get("source_line") is None else str(data.get("source_line")),
-        requested=_number(data.get("requested"), float), deadline=_number(data.get("deadline"), float))
+        requested=_number(data.get("requested"), float), deadline=_number(data.get("deadline"), float),
+        principal=None if data.get("principal") is None else str(data.get("principal")))
 
 
 def _number(value: Any, kind: type) -> Any:

@@ -110,13 +110,13 @@ class ApprovalDesk:
         return gone
 
     async def ask(self, tool: str, record: CallRecord, rule: str, cell: str, clock: CellClock,
-                  notices: WaitingNotices | None = None) -> None:
+                  notices: WaitingNotices | None = None, principal: str | None = None) -> None:
         """Wait for the approver's answer; sets the record's decision and approval, raises unless approved."""
         now = time.time()
         ask = ApprovalRequest(
             id=f"{self.session_id[:12]}-{record.seq}", session=self.session_id, seq=record.seq, tool=tool,
             args=record.args, args_sha256=record.args_sha256, cell_line=record.cell_line,
-            source_line=record.source_line, requested=now, deadline=now + self.timeout,
+            source_line=record.source_line, requested=now, deadline=now + self.timeout, principal=principal,
         )
         answer: ApprovalAnswer | None = None
         if cell and cell in self._ended_cells:  # the cell ended before the call got here

@@ -268,7 +268,8 @@ class Dispatcher:
             raise CallFailed(kind, message)
         self.counters.record(call, self.policy, time.monotonic(), scope.counts)
         if verdict.decision == "approve":
-            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices)
+            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
+                                     self.principal)
         else:
             record.decision = "allow"
         idempotency_key = f"{self.session_id}/{scope.msg_id}/{record.seq}"
