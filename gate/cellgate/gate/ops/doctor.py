@@ -62,6 +62,11 @@ def _rootless_checks() -> int:
               "install util-linux, or run cellgate as root")
         return 1
     console.print(f"[yellow]note[/]  snapshot: {enforcement.NO_RESTORE_ROOTLESS}")
+    version = enforcement.cgroup_version()
+    console.print(f"[yellow]note[/]  cgroups: {version or 'none mounted'}; "
+                  + ("an ordinary user gets no cgroup on v1" if version == "v1" else
+                     "cellgate does not yet use a delegated v2 subtree (systemd-run --user --scope)")
+                  + ", so limits bind as below")
     return 0
 
 
@@ -112,7 +117,7 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
         failures += 1
     for name, how in enforcement.report(os.geteuid() != 0).items():
         line = f"{name}: {how['enforced']} ({how['by']})"
-        if how["enforced"] == "no":
+        if how["enforced"] != "whole sandbox":
             console.print(f"[yellow]note[/]  limit: {line}")
         else:
             _ok("limit", line)

@@ -4,7 +4,9 @@ Each sandbox gets a run folder under ``run_root()`` holding the OCI bundle,
 the runsc state, a generated /etc, the kernel's connection file, the
 generated tools package and the (empty, 0700) folder where the kernel binds
 its ipc sockets: a small tmpfs the host mounts (``mounts``), unmounted with
-the sandbox. A small reaper process, started with each sandbox, deletes
+the sandbox. Without root, runsc runs ``--rootless`` and that tmpfs is mounted
+in runsc's own user+mount namespace instead (``userns``), the host reaching it
+through ``ipc_dir``. A small reaper process, started with each sandbox, deletes
 it if the host process dies without doing so (even by SIGKILL); anything a
 crash still leaves behind is reaped by the next start or `cellgate doctor --clean`.
 """
@@ -27,8 +29,9 @@ from typing import Any, Literal
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import enforcement, leftovers, mounts, oci, snapshot
-from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, _process_start_time, delete_sandbox
-from cellgate.gate.sandbox.leftovers import owner_alive as owner_alive  # where callers have found it
+from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
+from cellgate.gate.sandbox.leftovers import _process_start_time as _process_start_time  # where callers have
+from cellgate.gate.sandbox.leftovers import owner_alive as owner_alive  # found these
 from cellgate.gate.sandbox.runsc import Runsc
 from cellgate.kernel import wire
 
