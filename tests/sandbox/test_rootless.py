@@ -66,6 +66,19 @@ def test_a_refused_user_namespace_is_a_clear_error(tmp_path: Path) -> None:
     assert userns.probe() is None  # this host allows them (root, or an ordinary user with userns enabled)
 
 
+def test_a_host_refusing_user_namespaces_gets_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    # An ordinary user (uid 4242) in a user namespace that may have no more below it: as on a host with them off.
+    (tmp_path / "cell.py").write_text("print(1)\n")
+    inner = f"unshare --user --map-user=4242 --map-group=4242 -- {sys.executable} -m cellgate.gate"
+    env = {**os.environ, "CELLGATE_RUN_ROOT": str(tmp_path / "run"), "CELLGATE_APPROVALS_DIR": str(tmp_path / "ap")}
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c",
+                           f"echo 1 > /proc/sys/user/max_user_namespaces && exec {inner} exec cell.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0, done.stderr
+    assert "gVisor without root needs a user namespace, which this host refuses" in done.stderr, done.stderr
+    assert "enable unprivileged user namespaces" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_hard_limits_demanded_where_none_can_be_had_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailable, match="require_hard_limits = true") as caught:
         enforcement.check_rootless(require_hard_limits=True)

@@ -121,6 +121,9 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
             console.print(f"[yellow]note[/]  limit: {line}")
         else:
             _ok("limit", line)
+    if failures and os.geteuid() != 0:
+        console.print("[yellow]skip[/]  sandbox: not tried, it cannot start without what failed above")
+        return 1
     try:
         _ok("sandbox", asyncio.run(_probe_kernel()))
     except CellgateError as exc:

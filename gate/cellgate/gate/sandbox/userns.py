@@ -19,6 +19,13 @@ do. It runs as a script, like ``reaper``, so it starts in milliseconds.
 
 ``probe()`` runs the same steps on a scratch folder, to say early and
 clearly when this host refuses them.
+
+What stays as under root (SECURITY.md's flag table): ``--network=none``
+(runsc refuses ``run --rootless`` with its own network stack rather than fall
+back to the host's; ``tests/security/test_posture.py`` checks the namespaces
+from the host), no ``--ignore-cgroups`` (rootless runsc ignores cgroup
+*errors*, which ``enforcement`` reports), the gofer in an empty network
+namespace. What differs: runsc's processes are the user's, not root's.
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ def probe() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--probe"]:
+    probing = argv[:1] == ["--probe"]
+    if probing:
         ipc, size, inodes, command = argv[1], 1 << 20, 8, ["/bin/true"]
     else:
         ipc, size, inodes, command = argv[0], int(argv[1]), int(argv[2]), argv[4:]
@@ -77,7 +85,8 @@ def main(argv: list[str]) -> int:
     try:
         enter(ipc, size, inodes)
     except OSError as exc:
-        print(f"cellgate: cannot start gVisor without root here: {exc}; {FIX}", file=sys.stderr)
+        print(exc.strerror if probing else f"cellgate: cannot start gVisor without root here: {exc.strerror}; {FIX}",
+              file=sys.stderr)
         return FAILED
     os.execve(command[0], command, {})  # runsc gets no environment, as when the host starts it directly
     return FAILED  # not reached
