@@ -165,6 +165,14 @@ print(len(made), '|', failed)
     assert result.ok, (result.error, result.stdout)
     made, failed = result.stdout.strip().split(" | ")
     assert 0 < int(made) < 256 and "can't start new thread" in failed, result.stdout
+    # cpu: what the cell's clock runs on while a call waits for approval sees the sandbox compute
+    # (its cgroup as root; runsc's process tree without root), never nothing.
+    source = shared.session.provisioner.service.kernel.cpu_source()
+    before = source.seconds()
+    assert before is not None
+    # Pure computation, no system call: about 1 s of CPU on this machine however busy its cores are.
+    assert shared.execute("x = 0\nfor i in range(7_000_000):\n    x += i").ok
+    assert source.seconds() - before >= 0.3
     # memory: one process past its address-space cap gets a MemoryError, and the kernel lives on.
     result = shared.execute("try:\n    big = bytearray(2 << 30)\nexcept MemoryError:\n    print('MemoryError')")
     assert result.stdout == "MemoryError\n"

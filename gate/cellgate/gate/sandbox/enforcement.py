@@ -54,8 +54,8 @@ def report(rootless: bool, isolation: str = "gvisor") -> dict[str, dict[str, str
         "memory": {"enforced": "per process", "by": f"{address_space}; the sandbox as a whole has no bound "
                                                     "(no cgroup without root)"},
         "pids": {"enforced": "whole sandbox", "by": f"{nproc}; no pids cgroup without root"},
-        "cpu": {"enforced": "no", "by": f"{timeout}; no cgroup CPU time, so the cell's clock keeps running while "
-                                        "a call waits for approval"},
+        "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on the "
+                                        "CPU time of runsc's process tree (no cgroup without root)"},
     }
 
 
