@@ -75,7 +75,7 @@ class SandboxConfig:
     restricted: tuple[str, ...] | None = None  # restricted mode's extra imports; None: off
     snapshot: bool = False  # gVisor only: restore from a snapshot image of a started kernel (see ``snapshot``)
     start_timeout: float = 60.0
-    require_hard_limits: bool = False  # refuse to start where memory and pids bind only per process (``limits``)
+    require_hard_limits: bool = False  # refuse to start where memory binds only per process (``enforcement``)
 
 
 class Sandbox:

@@ -70,6 +70,7 @@ class SandboxOverrides(TypedDict, total=False):
     interrupt_grace: float | None
     call_timeout: float | None
     start_timeout: float | None
+    require_hard_limits: bool | None
     output_limit_kb: int | None
     pool: int | None
     snapshot: bool | None
