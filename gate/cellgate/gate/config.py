@@ -52,6 +52,8 @@ class SandboxSettings(StrictModel):
     interrupt_grace: float = Field(default=5.0, gt=0)
     call_timeout: float = Field(default=30.0, gt=0)
     start_timeout: float = Field(default=60.0, gt=0)
+    require_hard_limits: bool = Field(default=False, description="refuse to start a sandbox whose memory and pids "
+                                      "limits cannot bind it as a whole (without root: no cgroup)")
     output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
     pool: int = Field(default=0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
                                                   "(cellgate mcp serve); each is used by one session only")

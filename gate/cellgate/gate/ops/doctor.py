@@ -12,6 +12,7 @@ from rich.console import Console
 
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._versions import versions
+from cellgate.gate.sandbox import enforcement, oci, userns
 from cellgate.gate.sandbox.container import reap_leftovers, run_root
 from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
 from cellgate.gate.sandbox.snapshot import prune
@@ -45,6 +46,28 @@ async def _probe_kernel() -> str:
             if result.status != "ok" or "gate-ok" not in result.stdout:
                 raise CellgateError(f"the probe cell ended {result.status}: {result.text.strip()[:300]}")
             return f"a cell ran in gVisor and called a gated tool ({result.stdout.strip()})"
+
+
+def _rootless_checks() -> int:
+    """Without root: what gVisor --rootless needs here, and what it does not give. Returns the failures."""
+    _ok("mode", f"not root (uid {os.geteuid()}): runsc --rootless --network=none in a user namespace; "
+        f"run folders in {run_root()}")
+    problem = userns.probe()
+    if problem is not None:
+        _fail("user namespaces", problem, userns.FIX)
+        return 1
+    _ok("user namespaces", "this user can make a user and mount namespace (the socket folder's tmpfs lives there)")
+    if not os.access(oci.UNSHARE, os.X_OK):
+        _fail("unshare", f"{oci.UNSHARE} is missing (the kernel takes its sandbox uid through it)",
+              "install util-linux, or run cellgate as root")
+        return 1
+    console.print(f"[yellow]note[/]  snapshot: {enforcement.NO_RESTORE_ROOTLESS}")
+    version = enforcement.cgroup_version()
+    console.print(f"[yellow]note[/]  cgroups: {version or 'none mounted'}; "
+                  + ("an ordinary user gets no cgroup on v1" if version == "v1" else
+                     "cellgate does not yet use a delegated v2 subtree (systemd-run --user --scope)")
+                  + ", so limits bind as below")
+    return 0
 
 
 def doctor(fix: bool = False, clean: bool = False) -> int:
@@ -86,10 +109,21 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
     else:
         console.print(f"[yellow]warn[/]  platform: {runsc.platform} (slower; gVisor calls ptrace unsupported)\n"
                       f"      fix: `cellgate doctor --fix` installs the newer runsc at {PREFERRED_RUNSC}")
-    if not Path("/sys/fs/cgroup").is_dir():
+    if os.geteuid() != 0:
+        failures += _rootless_checks()
+    elif not Path("/sys/fs/cgroup").is_dir():
         _fail("cgroups", "/sys/fs/cgroup is missing: memory and pids limits cannot be enforced",
               "run on a host with cgroups mounted")
         failures += 1
+    for name, how in enforcement.report(os.geteuid() != 0).items():
+        line = f"{name}: {how['enforced']} ({how['by']})"
+        if how["enforced"] != "whole sandbox":
+            console.print(f"[yellow]note[/]  limit: {line}")
+        else:
+            _ok("limit", line)
+    if failures and os.geteuid() != 0:
+        console.print("[yellow]skip[/]  sandbox: not tried, it cannot start without what failed above")
+        return 1
     try:
         _ok("sandbox", asyncio.run(_probe_kernel()))
     except CellgateError as exc:

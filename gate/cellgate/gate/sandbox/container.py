@@ -4,7 +4,9 @@ Each sandbox gets a run folder under ``run_root()`` holding the OCI bundle,
 the runsc state, a generated /etc, the kernel's connection file, the
 generated tools package and the (empty, 0700) folder where the kernel binds
 its ipc sockets: a small tmpfs the host mounts (``mounts``), unmounted with
-the sandbox. A small reaper process, started with each sandbox, deletes
+the sandbox. Without root, runsc runs ``--rootless`` and that tmpfs is mounted
+in runsc's own user+mount namespace instead (``userns``), the host reaching it
+through ``ipc_dir``. A small reaper process, started with each sandbox, deletes
 it if the host process dies without doing so (even by SIGKILL); anything a
 crash still leaves behind is reaped by the next start or `cellgate doctor --clean`.
 """
@@ -26,17 +28,17 @@ from typing import Any, Literal
 
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import mounts, oci, snapshot
+from cellgate.gate.sandbox import enforcement, leftovers, mounts, oci, snapshot
+from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
+from cellgate.gate.sandbox.leftovers import _process_start_time as _process_start_time  # where callers have
+from cellgate.gate.sandbox.leftovers import owner_alive as owner_alive  # found these
 from cellgate.gate.sandbox.runsc import Runsc
-from cellgate.gate.sandbox.runtime_dir import check_private, private_dir
+from cellgate.gate.sandbox.runtime_dir import private_dir
 from cellgate.gate.sandbox.runtime_dir import run_root as run_root  # where callers have always found it
 from cellgate.kernel import wire
 
 Isolation = Literal["gvisor", "none"]
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
-HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-OWNER_FILE = "owner.json"
-ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
 
 
 def kernel_python_path() -> str:
@@ -49,73 +51,9 @@ def python_dirs() -> tuple[str, ...]:
     return tuple(sorted(dirs))
 
 
-def _process_start_time(pid: int) -> str | None:
-    """The start time of a live process (None if gone or a zombie), to detect pid reuse."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def owner_alive(owner: Mapping[str, Any]) -> bool:
-    pid = owner.get("pid")
-    return isinstance(pid, int) and _process_start_time(pid) == owner.get("start_time")
-
-
-def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
-    """Kill and delete a sandbox; quiet if it is already gone."""
-    for argv in (
-        [runsc_path, f"--root={state}", "kill", "--all", sandbox_id, "KILL"],
-        [runsc_path, f"--root={state}", "delete", "--force", sandbox_id],
-    ):
-        try:
-            subprocess.run(argv, capture_output=True, timeout=30, env={"PATH": HOST_PATH})
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-
 def reap_leftovers(root: Path | None = None) -> list[str]:
-    """Delete sandboxes whose owning host process is gone; returns their ids."""
-    root = root or run_root()
-    reaped: list[str] = []
-    if not root.is_dir():
-        return reaped
-    check_private(root)  # its owner records name programs to run: only ever this user's own
-    for folder in root.iterdir():
-        owner_file = folder / OWNER_FILE
-        try:
-            owner = json.loads(owner_file.read_text())
-        except (OSError, ValueError):
-            # A host that died while preparing a sandbox leaves a mounted socket folder and no owner record.
-            if mounts.mounts_under(folder) and _age(folder) > ORPHAN_MOUNT_AGE:
-                mounts.unmount_under(folder)
-                shutil.rmtree(folder, ignore_errors=True)
-                reaped.append(folder.name)
-            continue
-        if owner_alive(owner):
-            continue
-        if owner.get("runsc"):
-            delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)
-        else:
-            pid = owner.get("kernel_pid")
-            if isinstance(pid, int) and _process_start_time(pid) == owner.get("kernel_start_time"):
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
-        mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
-        shutil.rmtree(folder, ignore_errors=True)
-        reaped.append(folder.name)
-    return reaped
-
-
-def _age(folder: Path) -> float:
-    try:
-        return time.time() - folder.stat().st_mtime
-    except OSError:
-        return 0.0
+    """Delete sandboxes whose owning host process is gone (under ``run_root()`` unless given); returns their ids."""
+    return leftovers.reap_leftovers(root or run_root())
 
 
 @dataclass(frozen=True)
@@ -128,6 +66,7 @@ class SandboxConfig:
     restricted: tuple[str, ...] | None = None  # restricted mode's extra imports; None: off
     snapshot: bool = False  # gVisor only: restore from a snapshot image of a started kernel (see ``snapshot``)
     start_timeout: float = 60.0
+    require_hard_limits: bool = False  # refuse to start where memory binds only per process (``enforcement``)
 
 
 class Sandbox:
@@ -147,6 +86,9 @@ class Sandbox:
         self.key = key
         self._tools_files = dict(tools_files)
         self.process: subprocess.Popen[bytes] | None = None
+        # Not root: runsc --rootless, the socket folder in a namespace of its own (``userns``).
+        self.rootless = config.isolation == "gvisor" and os.geteuid() != 0
+        self._ipc_fd: int | None = None  # rootless: the socket folder, once its tmpfs is mounted
         self._reaper: subprocess.Popen[bytes] | None = None
         self.ports = {f"{c}_port": i + 1 for i, c in enumerate(CHANNELS)}
 
@@ -155,8 +97,16 @@ class Sandbox:
         return self.root.joinpath(*parts)
 
     @property
+    def ipc_dir(self) -> str:
+        """The socket folder as the host reaches it (rootless: through its descriptor, see ``userns``)."""
+        return f"/proc/self/fd/{self._ipc_fd}" if self._ipc_fd is not None else str(self.path("ipc"))
+
+    def ipc_path(self, name: str) -> Path:
+        return Path(self.ipc_dir, name)
+
+    @property
     def ipc_prefix(self) -> str:
-        return str(self.path("ipc", "k"))
+        return f"{self.ipc_dir}/k"
 
     def endpoint(self, channel: str) -> str:
         return f"ipc://{self.ipc_prefix}-{self.ports[channel + '_port']}"
@@ -194,15 +144,20 @@ class Sandbox:
         if self.config.isolation == "gvisor":
             if self.config.workspace:
                 mounts.check_workspace(self.config.workspace, self.config.limits.workspace_bytes)
-            # The socket folder is the one host folder the sandbox writes to: a small tmpfs, not the host's disk.
-            mounts.mount_tmpfs(self.path("ipc"), mounts.IPC_BYTES, uid, gid)
-            # The sandbox user owns its own read-only folders (so a write there is
-            # EROFS, not EACCES) and the socket folder, which holds nothing else.
-            for part in ("bundle/rootfs", "etc", "tools", "ipc", "conn"):
+            if self.rootless:
+                enforcement.check_rootless(self.config.require_hard_limits)
+            else:
+                # The socket folder is the one host folder the sandbox writes to: a small tmpfs, not the host's disk
+                # (rootless: mounted in runsc's own namespace, see ``userns``).
+                mounts.mount_tmpfs(self.path("ipc"), mounts.IPC_BYTES, uid, gid)
+            # The sandbox user owns its own read-only folders (so a write there is EROFS, not EACCES) and the socket
+            # folder, which holds nothing else. Rootless they are the user's, which the sandbox user is in gVisor.
+            for part in () if self.rootless else ("bundle/rootfs", "etc", "tools", "ipc", "conn"):
                 os.chown(self.path(*part.split("/")), uid, gid)
             if not self.snapshot_build:
                 self.path("conn", "kernel.json").chmod(0o400)
-                os.chown(self.path("conn", "kernel.json"), uid, gid)
+                if not self.rootless:
+                    os.chown(self.path("conn", "kernel.json"), uid, gid)
             for link, points_to in oci.rootfs_links().items():
                 os.symlink(points_to, self.path("bundle", "rootfs", link))
             layout = oci.Layout(
@@ -212,20 +167,27 @@ class Sandbox:
             )
             env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
                                   self.config.restricted)
-            spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id)
+            spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id, rootless=self.rootless)
             self._spec_text = json.dumps(spec, indent=1)
             self.path("bundle", "config.json").write_text(self._spec_text)
             assert self.config.runsc is not None
-            return oci.runsc_argv(
+            argv = oci.runsc_argv(
                 self.config.runsc.path, str(self.path("state")), self.config.runsc.platform,
-                str(self.path("bundle")), self.id, image=self._snapshot_image(),
+                str(self.path("bundle")), self.id, image=self._snapshot_image(), rootless=self.rootless,
             )
+            if self.rootless:
+                argv = [sys.executable, "-I", "-S", str(Path(__file__).with_name("userns.py")), str(self.path("ipc")),
+                        str(mounts.IPC_BYTES), str(mounts.IPC_INODES), "--", *argv]
+            return argv
         return kernel_argv
 
     # -- snapshots
     def _snapshot_image(self) -> str | None:
         """The image to restore from, built first if this configuration has none; None: start cold."""
         if not self.config.snapshot or self.snapshot_build or self.config.runsc is None:
+            return None
+        if self.rootless:
+            self.snapshot_problem = enforcement.NO_RESTORE_ROOTLESS
             return None
         try:
             key = snapshot.image_key(self._spec_text, str(self.root), self.config.runsc)
@@ -297,11 +259,13 @@ class Sandbox:
     def wait_for_sockets(self, timeout: float) -> None:
         """Wait until the kernel has bound every socket, checking each path with lstat."""
         deadline = time.monotonic() + timeout
-        expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" else os.geteuid()
+        # Rootless the gofer binds the sockets as the user (the sandbox uid in gVisor, see ``oci.rootless_argv``).
+        expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" and not self.rootless else os.geteuid()
         pending = set(CHANNELS)
         wrong_owner: dict[str, int] = {}
         while pending:
-            for channel in sorted(pending):
+            folder_ready = not self.rootless or self._open_ipc()
+            for channel in sorted(pending) if folder_ready else ():
                 path = self.endpoint(channel).removeprefix("ipc://")
                 try:
                     info = os.lstat(path)
@@ -320,7 +284,7 @@ class Sandbox:
                     continue
                 wrong_owner.pop(channel, None)
                 pending.discard(channel)
-            unexpected = set(os.listdir(self.path("ipc"))) - {
+            unexpected = set(os.listdir(self.ipc_dir)) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
             } - {oci.OUTPUT_LOG}
             if unexpected:
@@ -340,6 +304,25 @@ class Sandbox:
                                        f"{expected_uid} (owners {sorted(set(wrong_owner.values()))}); refusing to connect")
                 raise SandboxError(f"the sandboxed kernel was not ready within {timeout:g} s: {self.log_tail()}")
             time.sleep(0.02)  # polling the file system for the kernel's sockets
+
+    def _open_ipc(self) -> bool:
+        """Rootless: hold the socket folder once runsc's namespace has its tmpfs (a mount: another device)."""
+        if self._ipc_fd is None and self.process is not None:
+            try:
+                fd = os.open(f"/proc/{self.process.pid}/root{self.path('ipc')}", os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return False
+            info = os.fstat(fd)
+            if info.st_dev == os.stat(self.path("ipc")).st_dev:
+                os.close(fd)  # not mounted yet
+                return False
+            if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
+                os.close(fd)
+                self.delete()
+                raise SandboxError(f"the sandbox's socket folder is not this user's 0700 tmpfs (owner {info.st_uid}, "
+                                   f"mode {oct(info.st_mode)}); refusing to connect")
+            self._ipc_fd = fd
+        return self._ipc_fd is not None
 
     def log_tail(self, limit: int = 1500) -> str:
         try:
@@ -365,6 +348,9 @@ class Sandbox:
     def delete(self) -> None:
         """Kill the kernel, remove the run folder and dismiss the reaper."""
         self.kill()
+        if self._ipc_fd is not None:
+            os.close(self._ipc_fd)  # its tmpfs goes with runsc's namespace
+            self._ipc_fd = None
         mounts.unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
         if self._reaper is not None and self._reaper.stdin is not None:
@@ -387,5 +373,7 @@ class Sandbox:
         }
         info["network"] = "none"
         if self.config.isolation == "gvisor":
+            info["rootless"] = self.rootless
+            info["limits_enforced"] = enforcement.report(self.rootless)
             info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
         return info

@@ -10,10 +10,12 @@ as at any timeout.
 
 The CPU time is the sandbox cgroup's (``runsc`` puts every sandbox in
 ``/cellgate/<id>``: cgroup v1 ``cpuacct.usage``, v2 ``cpu.stat``), which covers
-every thread and process in it, gVisor's own included. A sandbox without one
-(isolation ``none``) is measured by its kernel process's CPU time from
-``/proc``; when neither can be read, the wall clock keeps running while a call
-waits (never free compute).
+every thread and process in it, gVisor's own included. A sandbox started
+without root has no cgroup: it is measured by the CPU time of runsc's whole
+process tree from ``/proc`` (the Sentry, the gofer and the systrap stubs that
+run the sandbox's code). A sandbox without gVisor (isolation ``none``) is
+measured by its kernel process's CPU time; when nothing can be read, the wall
+clock keeps running while a call waits (never free compute).
 """
 
 from __future__ import annotations
@@ -26,18 +28,46 @@ from pathlib import Path
 from cellgate.gate.sandbox.oom import CGROUP_ROOT
 
 POLL_SECONDS = 0.1
+MAX_TREE = 4096  # processes walked in one process tree: more is not a sandbox's tree
+
+
+def _process_seconds(pid: int) -> int:
+    """utime + stime + cutime + cstime of one process, in clock ticks (OSError when gone)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15])
+
+
+def _tree_ticks(root: int) -> int | None:
+    """CPU ticks of ``root`` and every live descendant (a reaped one is in its parent's cutime); None if gone."""
+    total, pending, seen = 0, [root], set[int]()
+    while pending and len(seen) < MAX_TREE:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            total += _process_seconds(pid)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    pending.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError, IndexError):
+            if pid == root:
+                return None
+    return total
 
 
 class CpuSource:
     """Seconds of CPU one sandbox has used so far, or None when it cannot be read."""
 
-    def __init__(self, sandbox_id: str | None, pid: int | None) -> None:
+    def __init__(self, sandbox_id: str | None, pid: int | None, tree: bool = False) -> None:
         self._paths: list[Path] = []
         if sandbox_id:
             self._paths = [CGROUP_ROOT / "cpuacct" / "cellgate" / sandbox_id / "cpuacct.usage",
                            CGROUP_ROOT / "cpu,cpuacct" / "cellgate" / sandbox_id / "cpuacct.usage",
                            CGROUP_ROOT / "cellgate" / sandbox_id / "cpu.stat"]
         self._pid = pid
+        self._tree = tree  # the CPU time of ``pid`` and all its descendants, not only its own
         self._ticks = os.sysconf("SC_CLK_TCK")
 
     def seconds(self) -> float | None:
@@ -52,11 +82,12 @@ class CpuSource:
                 key, _, value = line.partition(" ")
                 if key == "usage_usec":
                     return int(value) / 1e6
+        if self._pid is not None and self._tree:
+            ticks = _tree_ticks(self._pid)
+            return None if ticks is None else ticks / self._ticks
         if self._pid is not None:
             try:
-                with open(f"/proc/{self._pid}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-                return sum(int(f) for f in fields[11:15]) / self._ticks  # utime stime cutime cstime
+                return _process_seconds(self._pid) / self._ticks
             except (OSError, ValueError, IndexError):
                 return None
         return None

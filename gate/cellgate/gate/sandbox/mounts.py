@@ -14,7 +14,8 @@ A host folder given as ``workspace`` must likewise be bounded: the sandbox is
 started only if the filesystem holding it has at most ``workspace_mb`` free
 (its own tmpfs, a loop device or a quota'd volume: the operator's choice).
 
-Mounting needs root (as gVisor does); without it the sandbox is not started.
+Mounting in the host's namespace needs root; without root the same tmpfs is
+mounted in a user+mount namespace of runsc's own (``userns``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 def mount_tmpfs(path: Path, size: int, uid: int, gid: int, inodes: int = IPC_INODES) -> None:
     """Mount a tmpfs of ``size`` bytes on ``path`` (an empty folder), mode 0700, owned by ``uid``."""
     if os.geteuid() != 0:
-        raise SandboxError(f"the sandbox's socket folder {path} must be a size-limited tmpfs, and mounting one needs "
-                           "root; run cellgate as root (gVisor's runsc needs it too)")
+        raise SandboxError(f"the sandbox's socket folder {path} must be a size-limited tmpfs, and mounting one on "
+                           "the host needs root (without root, the sandbox mounts it in a namespace of its own)")
     options = f"size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}".encode()
     if _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) != 0:
         error = ctypes.get_errno()

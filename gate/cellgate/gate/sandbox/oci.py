@@ -109,7 +109,7 @@ def rootfs_links() -> dict[str, str]:
     }
 
 
-def mounts(layout: Layout, limits: Limits) -> list[dict[str, Any]]:
+def mounts(layout: Layout, limits: Limits, rootless: bool = False) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
@@ -135,7 +135,8 @@ def mounts(layout: Layout, limits: Limits) -> list[dict[str, Any]]:
     if layout.workspace:
         result.append(_bind(layout.workspace, WORKSPACE, writable=True))
     else:
-        result.append(_tmpfs(WORKSPACE, limits.workspace_bytes, mode="0700", owner=SANDBOX_UID))
+        # Rootless the kernel is gVisor's uid 0, SANDBOX_UID only in its own user namespace (``rootless_argv``).
+        result.append(_tmpfs(WORKSPACE, limits.workspace_bytes, mode="0700", owner=0 if rootless else SANDBOX_UID))
     return result
 
 
@@ -176,6 +177,17 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
     return [f"{k}={v}" for k, v in sorted(env.items())]
 
 
+# Rootless, gVisor's gofer can give a file only to the one host user mapped in its namespace (the user, root
+# there): the kernel binds its sockets as uid 0 of the sandbox, within a user namespace of its own in gVisor
+# where it is SANDBOX_UID, so it runs, and sees its folders owned, as that uid as under root.
+UNSHARE: Final = "/usr/bin/unshare"
+
+
+def rootless_argv(argv: list[str]) -> list[str]:
+    """The sandbox's command without root: ``argv`` as SANDBOX_UID in a user namespace inside gVisor."""
+    return [UNSHARE, "--user", f"--map-user={SANDBOX_UID}", f"--map-group={SANDBOX_GID}", "--", *argv]
+
+
 def spec(
     layout: Layout,
     limits: Limits,
@@ -183,8 +195,9 @@ def spec(
     env: list[str],
     sandbox_id: str,
     hostname: str = "cellgate",
+    rootless: bool = False,
 ) -> dict[str, Any]:
-    """The OCI runtime spec (config.json) of one sandboxed kernel."""
+    """The OCI runtime spec (config.json) of one sandboxed kernel (``rootless``: started by an ordinary user)."""
     rlimits = [
         {"type": "RLIMIT_NOFILE", "hard": limits.open_files, "soft": limits.open_files},
         {"type": "RLIMIT_NPROC", "hard": limits.pids, "soft": limits.pids},
@@ -195,8 +208,8 @@ def spec(
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID},
-            "args": argv,
+            "user": {"uid": 0, "gid": 0} if rootless else {"uid": SANDBOX_UID, "gid": SANDBOX_GID},
+            "args": rootless_argv(argv) if rootless else argv,
             "env": env,
             "cwd": WORKSPACE,
             "capabilities": {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
@@ -205,7 +218,7 @@ def spec(
         },
         "root": {"path": "rootfs", "readonly": True},
         "hostname": hostname,
-        "mounts": mounts(layout, limits),
+        "mounts": mounts(layout, limits, rootless),
         "linux": {
             # Without a cgroups path runsc creates no cgroup and the limits below
             # would not be enforced.
@@ -221,7 +234,7 @@ def spec(
     }
 
 
-# Flags that must never appear (SECURITY.md, A1 and P3).
+# Flags that must never appear (SECURITY.md, A1 and P3); ``--rootless`` only as the host's own choice.
 FORBIDDEN_FLAG_PREFIXES: Final = (
     "--network=host",
     "--net-raw",
@@ -240,11 +253,18 @@ FORBIDDEN_FLAG_PREFIXES: Final = (
 
 
 def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_id: str,
-               image: str | None = None) -> list[str]:
-    """The exact runsc command that runs one sandbox in the foreground (restored from ``image`` if given)."""
+               image: str | None = None, rootless: bool = False) -> list[str]:
+    """The exact runsc command that runs one sandbox in the foreground (restored from ``image`` if given).
+
+    ``rootless``: the host is not root. gVisor has no sandbox network then; ``--network=none`` stays (runsc
+    refuses ``run`` rootless with any other than none or host), and it cannot restore.
+    """
+    if rootless and image is not None:
+        raise ValueError("runsc cannot restore a snapshot image --rootless")
     command = ["run"] if image is None else ["restore", f"--image-path={image}"]
     return [
         runsc,
+        *(["--rootless"] if rootless else []),
         f"--root={state_root}",
         "--network=none",
         "--host-uds=create",

@@ -9,8 +9,9 @@ the image with its own bundle: its own mounts (tools, connection file with its
 own key, socket folder), cgroup and id.
 
 The image holds no secret (it is taken before any key exists and before any
-cell runs) and is the host's: root-only under ``run_root()/images``, never
-mounted into a sandbox. Its key covers everything a restored sandbox keeps
+cell runs) and is the host's: its user's only (0700) under ``run_root()/images``,
+never mounted into a sandbox. Without root there are none: runsc cannot
+restore ``--rootless``, so every sandbox starts cold (``enforcement``). Its key covers everything a restored sandbox keeps
 from the image instead of its own bundle (limits, rlimits, environment: the
 whole OCI spec but for the per-sandbox paths), the runsc that made it, and the
 code it holds in memory (the kernel package, the installed distributions,

@@ -116,8 +116,8 @@ class KernelWatch:
         box = self.sandbox
         if box is None:
             return CpuSource(None, None)
-        if box.config.isolation == "gvisor":
-            return CpuSource(box.id, None)
+        if box.config.isolation == "gvisor":  # rootless: no cgroup, runsc's process tree
+            return CpuSource(box.id, box.process.pid if box.rootless and box.process else None, tree=True)
         return CpuSource(None, box.process.pid if box.process is not None else None)
 
     # ------------------------------------------------------ overflow and death

@@ -9,6 +9,7 @@ and the settings into the launch parameters here, with pure functions.
 
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
 from cellgate.gate.config import CONFIG_NAME, SandboxSettings, Settings, find_config, load_settings
-from cellgate.gate.sandbox import oci
+from cellgate.gate.sandbox import enforcement, oci
 from cellgate.gate.sandbox.container import SandboxConfig
 from cellgate.gate.sandbox.runsc import Runsc
 
@@ -69,6 +70,7 @@ class SandboxOverrides(TypedDict, total=False):
     interrupt_grace: float | None
     call_timeout: float | None
     start_timeout: float | None
+    require_hard_limits: bool | None
     output_limit_kb: int | None
     pool: int | None
     snapshot: bool | None
@@ -122,6 +124,7 @@ def sandbox_config(box: SandboxSettings, runsc: Runsc | None) -> SandboxConfig:
         reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
         restricted=tuple(box.allowed_imports) if box.restricted else None,
         snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
+        require_hard_limits=box.require_hard_limits,
     )
 
 
@@ -141,6 +144,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
                        "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
                        "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
             "network": "none",
+            "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation),
             "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
         },
         "config": {"file": settings.source, "base_dir": settings.base_dir},

@@ -232,7 +232,7 @@ class Relay:
         self.tasks.spawn(self._pump_iopub(), kernel=True)
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
-        self.cells.ledger = OutputLedger(sandbox.path("ipc", OUTPUT_LOG))
+        self.cells.ledger = OutputLedger(sandbox.ipc_path(OUTPUT_LOG))
         self.recorder.event("kernel-attached", sandbox=sandbox.describe())
         if self.cells:
             self.cells.start_head()

@@ -1,0 +1,73 @@
+"""Which sandbox limits are enforced here, and by what: as root, and as an ordinary user.
+
+As root runsc puts each sandbox in a cgroup of its own (``/cellgate/<id>``):
+memory and pids bind the sandbox as a whole. Without root, gVisor runs
+``--rootless`` and ignores cgroup errors, so no cgroup binds it (cellgate
+does not yet use a delegated cgroup v2 subtree where systemd offers one):
+memory binds each process (RLIMIT_AS, set by the kernel on itself before any
+cell runs; every process it starts inherits it and cannot raise it), pids bind
+through RLIMIT_NPROC, which gVisor's Sentry enforces (OCI ``process.rlimits``).
+``report`` says so, for ``cellgate doctor`` and the notebook's sandbox metadata;
+``check_rootless`` refuses a rootless start that cannot work or that the
+configuration forbids, naming the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cellgate.gate._errors import SandboxUnavailable
+from cellgate.gate.sandbox import oci, userns
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+NO_RESTORE_ROOTLESS = ("snapshot starts need root: runsc cannot restore a checkpoint --rootless, "
+                       "so each sandbox starts cold")
+HARD_LIMITS_FIX = ("run cellgate as root (runsc then puts each sandbox in a cgroup), or set [sandbox] "
+                   "require_hard_limits = false to accept per-process limits (README: What an ordinary user gets)")
+
+
+def cgroup_version() -> str | None:
+    """'v2' (unified), 'v1' (a memory controller hierarchy), or None when neither is mounted."""
+    if (CGROUP_ROOT / "cgroup.controllers").is_file():
+        return "v2"
+    return "v1" if (CGROUP_ROOT / "memory").is_dir() else None
+
+
+def report(rootless: bool, isolation: str = "gvisor") -> dict[str, dict[str, str]]:
+    """Per limit: ``enforced`` ('whole sandbox', 'per process' or 'no') and ``by`` what."""
+    if isolation != "gvisor":
+        nothing = {"enforced": "no", "by": "isolation none: not sandboxed"}
+        return {name: dict(nothing) for name in ("memory", "pids", "cpu")}
+    address_space = "RLIMIT_AS set by the kernel before any cell (MemoryError in the cell), inherited by every process"
+    nproc = "RLIMIT_NPROC (OCI process.rlimits, enforced by gVisor's Sentry)"
+    timeout = "no CPU quota; cell_timeout stops a cell by the wall clock"
+    if not rootless:
+        cgroup = f"the sandbox's cgroup ({cgroup_version() or 'missing'})"
+        return {
+            "memory": {"enforced": "whole sandbox", "by": f"{cgroup} memory limit; per process also {address_space}"},
+            "pids": {"enforced": "whole sandbox", "by": f"{cgroup} pids limit; also {nproc}"},
+            "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on "
+                                            "the cgroup's CPU time"},
+        }
+    return {
+        "memory": {"enforced": "per process", "by": f"{address_space}; the sandbox as a whole has no bound "
+                                                    "(no cgroup without root)"},
+        "pids": {"enforced": "whole sandbox", "by": f"{nproc}; no pids cgroup without root"},
+        "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on the "
+                                        "CPU time of runsc's process tree (no cgroup without root)"},
+    }
+
+
+def check_rootless(require_hard_limits: bool) -> None:
+    """Raise SandboxUnavailable, with cause and fix, when an ordinary user cannot get the sandbox configured."""
+    problem = userns.probe()
+    if problem is not None:
+        raise SandboxUnavailable(f"gVisor without root needs a user namespace, which this host refuses "
+                                 f"({problem}); {userns.FIX}")
+    if not os.access(oci.UNSHARE, os.X_OK):
+        raise SandboxUnavailable(f"{oci.UNSHARE} is missing: without root the kernel takes its sandbox uid "
+                                 "through util-linux's unshare in gVisor; install util-linux, or run cellgate as root")
+    if require_hard_limits:
+        raise SandboxUnavailable("[sandbox] require_hard_limits = true, but without root no cgroup binds the "
+                                 "sandbox: memory is bounded per process only (RLIMIT_AS); " + HARD_LIMITS_FIX)

@@ -1,0 +1,96 @@
+"""Finding and deleting sandboxes whose host process is gone (however it went).
+
+Each run folder holds an owner record (``OWNER_FILE``): the host process's
+pid and start time, the runsc that runs the sandbox, the kernel's pid. A
+folder whose owner is no longer alive is a leftover: its sandbox is killed and
+deleted, its socket folder's tmpfs unmounted, the folder removed. Used by the
+next start, the reaper and `cellgate doctor --clean`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cellgate.gate.sandbox import mounts
+from cellgate.gate.sandbox.runtime_dir import check_private
+
+HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+OWNER_FILE = "owner.json"
+ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
+
+
+def _process_start_time(pid: int) -> str | None:
+    """The start time of a live process (None if gone or a zombie), to detect pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def owner_alive(owner: Mapping[str, Any]) -> bool:
+    pid = owner.get("pid")
+    return isinstance(pid, int) and _process_start_time(pid) == owner.get("start_time")
+
+
+def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
+    """Kill and delete a sandbox; quiet if it is already gone."""
+    # A sandbox started without root was started --rootless: its state is deleted the same way.
+    flags = [f"--root={state}", *(["--rootless"] if os.geteuid() != 0 else [])]
+    for argv in (
+        [runsc_path, *flags, "kill", "--all", sandbox_id, "KILL"],
+        [runsc_path, *flags, "delete", "--force", sandbox_id],
+    ):
+        try:
+            subprocess.run(argv, capture_output=True, timeout=30, env={"PATH": HOST_PATH})
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def reap_leftovers(root: Path) -> list[str]:
+    """Delete the sandboxes under ``root`` whose owning host process is gone; returns their ids."""
+    reaped: list[str] = []
+    if not root.is_dir():
+        return reaped
+    check_private(root)  # its owner records name programs to run: only ever this user's own
+    for folder in root.iterdir():
+        owner_file = folder / OWNER_FILE
+        try:
+            owner = json.loads(owner_file.read_text())
+        except (OSError, ValueError):
+            # A host that died while preparing a sandbox leaves a mounted socket folder and no owner record.
+            if mounts.mounts_under(folder) and _age(folder) > ORPHAN_MOUNT_AGE:
+                mounts.unmount_under(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                reaped.append(folder.name)
+            continue
+        if owner_alive(owner):
+            continue
+        if owner.get("runsc"):
+            delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)
+        else:
+            pid = owner.get("kernel_pid")
+            if isinstance(pid, int) and _process_start_time(pid) == owner.get("kernel_start_time"):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
+        shutil.rmtree(folder, ignore_errors=True)
+        reaped.append(folder.name)
+    return reaped
+
+
+def _age(folder: Path) -> float:
+    try:
+        return time.time() - folder.stat().st_mtime
+    except OSError:
+        return 0.0
