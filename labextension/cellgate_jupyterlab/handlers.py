@@ -33,7 +33,7 @@ BLOB_TEXT_CHARS = 200_000  # of a blob's indented JSON, what one page shows
 _BLOB_NAME = re.compile(r"(?P<run>[^/\0]+)\.blobs/(?P<sha>[0-9a-f]{64})\.json")
 
 
-class _Handler(APIHandler):  # type: ignore[misc]  # jupyter_server is untyped
+class _Handler(APIHandler):
     def fail(self, status: int, message: str) -> NoReturn:
         raise tornado.web.HTTPError(status, reason=message[:300], log_message=message)
 
