@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,15 @@ def with_calls_bundle(notebook: dict[str, Any]) -> dict[str, Any]:
     return fixture
 
 
+def refused(lab: Lab, method: str, path: str, body: Any = None) -> tuple[int, str]:
+    """The status and message of a server extension call that must fail."""
+    try:
+        lab.api(method, path, body)
+    except urllib.error.HTTPError as exc:
+        return exc.code, str(json.loads(exc.read() or b"{}").get("message", ""))
+    raise AssertionError(f"{method} {path} was answered")
+
+
 def texts(driver: WebDriver, css: str) -> list[str]:
     return [e.text for e in find(driver, css)]
 
@@ -143,6 +153,18 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     first = recorded["cells"][0]["metadata"]["cellgate"]
     assert [c["decision"] for c in first["calls"]] == ["allow", "allow", "allow", "deny", "deny"], first["calls"]
     (folder / "with-calls.ipynb").write_text(json.dumps(with_calls_bundle(recorded)))
+
+    # The server extension serves files under its root only, and blobs from a run's own blob folder only.
+    blob = first["calls"][1]
+    assert refused(lab, "GET", "/cellgate/verify?path=../jupyter-lab.log")[0] == 403
+    sha, size = blob["result_sha256"], blob["result_bytes"]
+    code, message = refused(lab, "GET", f"/cellgate/blob?path=review/other.blobs/{sha}.json&sha256={sha}&bytes={size}")
+    assert code == 404 and "no run journal 'other.journal.jsonl'" in message, message
+    code, message = refused(lab, "GET", f"/cellgate/blob?path=review/run.blobs/{sha}.json&sha256={sha}&bytes=1")
+    assert code == 422 and "its recorded size" in message, message
+    forged = "f" * 64
+    (folder / "run.blobs" / f"{forged}.json").symlink_to("/etc/passwd")
+    assert refused(lab, "GET", f"/cellgate/blob?path=review/run.blobs/{forged}.json&sha256={forged}&bytes=10")[0] == 422
 
     # The record itself: badges, no kernel, the run panel with the server's verify.
     open_record(browser, lab, "review/run.ipynb")
@@ -229,6 +251,13 @@ def test_an_approval_is_answered_from_the_panel_and_the_cell_goes_on(
         assert re.fullmatch(r"sha256 [0-9a-f]{64}", digest), digest
         assert "s left)" in card.find_element(By.CSS_SELECTOR, ".cg-approval-deadline").text
         assert "echoed" not in cell_output(browser, 0), "the cell went on before its call was approved"
+        # An answer is bound to the digest shown: another digest is refused and the request stays pending.
+        kernel = (lab.session_kernel(name) or {})["id"]
+        code, message = refused(lab, "POST", f"/cellgate/approvals/{card.get_attribute('data-id')}",
+                                {"decision": "allow", "args_sha256": "0" * 64, "kernel": kernel})
+        assert code == 409 and "not the 0000000000000000… shown" in message, message
+        assert [r["args_sha256"] for r in lab.api("GET", f"/cellgate/approvals?kernel={kernel}")["requests"]] == [
+            digest.removeprefix("sha256 ")]
         card.find_element(By.CSS_SELECTOR, ".cg-approve").click()
         wait_for(lambda: "echoed hello <i>reviewer</i>" in cell_output(browser, 0), 60, "the cell to go on",
                  show=lambda: cell_output(browser, 0))
