@@ -78,6 +78,7 @@ export function openAsRecord(panel: NotebookPanel): void {
   };
   const lock = (): void => {
     for (const cell of panel.content.widgets) {
+      cell.syncEditable = false; // read-only in the view only: the record's metadata stays as it is
       cell.readOnly = true;
       addBadge(cell);
     }

@@ -185,6 +185,7 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     assert facts["outcomes"] == "2 ok, 1 denied, 1 failed, 1 invalid", facts
     assert settled(lambda: lab.session_kernel("review/run.ipynb"), quiet=3, seconds=30) is None, \
         "opening an audit notebook started a kernel"
+    assert not find(browser, ".lm-TabBar-tab.jp-mod-dirty"), "opening the record changed it"
 
     # The calls bundle: the renderer's table, filtered, sorted, a blob loaded; hostile text stays text.
     open_record(browser, lab, "review/with-calls.ipynb")
