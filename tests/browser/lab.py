@@ -135,7 +135,12 @@ class Lab:
 
 @contextmanager
 def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> Iterator[Lab]:
-    """Start ``jupyter lab`` with its folders under ``base``; stop it (kernels first) on exit."""
+    """Start ``jupyter lab`` with its folders under ``base``; stop it (kernels first) on exit.
+
+    cellgate's own JupyterLab extension (``labextension/``), when installed, is off in its pages (a test that
+    wants it turns it on with ``test_lab_extension.extension_on``): the browser tests see JupyterLab as a
+    reviewer without the extension does.
+    """
     root = base / "root"
     root.mkdir(exist_ok=True)  # the caller may have put files in it
     token = secrets.token_hex(16)
@@ -157,6 +162,9 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
     # Terminals run a shell that reads no dotfiles: the user's own may take seconds to start under load.
     (folders["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"terminado_settings": {"shell_command": ["/bin/bash", "--norc", "--noprofile"]}}}))
+    (folders["JUPYTER_CONFIG_DIR"] / "labconfig").mkdir()
+    (folders["JUPYTER_CONFIG_DIR"] / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"cellgate-jupyterlab": True}}))
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=root, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, **{k: str(v) for k, v in folders.items()}, **env},
