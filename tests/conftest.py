@@ -104,6 +104,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _root_only_tests_need_root(request: pytest.FixtureRequest) -> None:
+    """Run as an ordinary user, a test of what only root has says so (CI's user leg deselects them instead)."""
+    marker = request.node.get_closest_marker("root_only")
+    if marker is not None and os.geteuid() != 0:
+        pytest.skip(f"needs root: {marker.kwargs.get('reason', marker.args[0] if marker.args else '')}")
+
+
+@pytest.fixture(autouse=True)
 def _gvisor_tests_need_runsc(request: pytest.FixtureRequest) -> None:
     """A gVisor test fails up front, saying how to get runsc, rather than somewhere inside a session start."""
     if request.node.get_closest_marker("gvisor") is not None:

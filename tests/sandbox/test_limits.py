@@ -71,6 +71,7 @@ def test_kernel_death_mid_cell_keeps_partial_output_and_is_its_own_status(sessio
     assert box.execute("print('back')").stdout == "back\n"
 
 
+@pytest.mark.root_only("the memory cgroup")
 def test_the_cgroup_backstop_is_reported_as_memory_and_the_session_restarts_itself(session_factory) -> None:
     box = session_factory(memory_mb=512, cell_timeout=60.0)
     assert box.execute("orders = [1, 2, 3]\ntotal = 6").ok

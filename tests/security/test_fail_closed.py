@@ -76,6 +76,7 @@ def small_disk(tmp_path: Path) -> object:
     subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
+@pytest.mark.root_only("its small disk is a tmpfs mount")
 def test_D4_a_journal_that_breaks_between_two_calls_refuses_the_second(session_factory, small_disk: Path,
                                                                         tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:

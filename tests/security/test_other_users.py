@@ -32,7 +32,7 @@ from conftest import ROOT
 PYTHON = "/usr/bin/python3"
 LIBRARIES = ("rich", "jupyter_core", "platformdirs")  # imported by approval_queue and launcher_state
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="acting as two other users needs root (CI's root leg)")
+pytestmark = pytest.mark.root_only("acting as two other users")
 
 OWNER = r'''
 import json, os, socket, sys

@@ -113,6 +113,8 @@ class Sandbox:
 
     # -- lifecycle
     def _prepare(self) -> list[str]:
+        if self.rootless:  # what the host lacks is the first thing said, before any folder is made
+            enforcement.check_rootless(self.config.require_hard_limits)
         private_dir(run_root())
         self.root.mkdir(mode=0o700)
         for part in ("bundle/rootfs", "etc", "ipc", "conn", "tools", "state", "log"):
@@ -144,9 +146,7 @@ class Sandbox:
         if self.config.isolation == "gvisor":
             if self.config.workspace:
                 mounts.check_workspace(self.config.workspace, self.config.limits.workspace_bytes)
-            if self.rootless:
-                enforcement.check_rootless(self.config.require_hard_limits)
-            else:
+            if not self.rootless:
                 # The socket folder is the one host folder the sandbox writes to: a small tmpfs, not the host's disk
                 # (rootless: mounted in runsc's own namespace, see ``userns``).
                 mounts.mount_tmpfs(self.path("ipc"), mounts.IPC_BYTES, uid, gid)
