@@ -17,7 +17,8 @@ Checked, in order, and every problem reported with its place:
 3. the notebook's content equals the one the journal renders, compared under
    ``canonical`` (what frontends do on save is tolerated; any change to a
    source, output, call, decision or metadata field is not; a cell added or
-   deleted is named);
+   deleted is named, and so is a host-authored calls output that was edited,
+   removed or duplicated);
 4. every result blob the journal names is the run's own, a regular file of
    the recorded size and sha256.
 """
@@ -32,6 +33,7 @@ from typing import Any
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
+from cellgate.gate.audit.calls_view import is_host_output
 from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata, canonical_source
 from cellgate.gate.audit.journal import JournalRead, read_journal
 from cellgate.gate.audit.reducer import Reducer
@@ -62,11 +64,27 @@ def _label(cell: Any) -> str:
     return f"({cell.get('cell_type')}, {first[:60]!r})"
 
 
+def _calls_output_difference(want: list[Any], have: list[Any]) -> str | None:
+    """How the host-authored calls output of a cell differs from the journal's, or None."""
+    wanted = [o for o in want if is_host_output(o)]
+    found = [o for o in have if is_host_output(o)]
+    if len(found) > len(wanted):
+        return (f"host-authored calls output, which appears {len(found)} times (the host wrote it "
+                f"{len(wanted)} time{'s' if len(wanted) != 1 else ''}): an output was added")
+    if len(found) < len(wanted):
+        return "host-authored calls output, which was removed"
+    if not _same(wanted, found):
+        return "host-authored calls output, which was edited: it no longer shows the journal's calls"
+    return None
+
+
 def _cell_difference(want: Any, have: Any) -> str | None:
     """The first part in which a notebook cell differs from the journal's, or None."""
     want_parts, have_parts = canonical_cell(want), canonical_cell(have)
     for part in ("cell_type", "source", "outputs", "execution_count", "cellgate"):
         if not _same(want_parts[part], have_parts[part]):
+            if part == "outputs":
+                return _calls_output_difference(want_parts[part], have_parts[part]) or part
             if part == "cellgate":
                 calls = (want_parts[part] or {}).get("calls"), (have_parts[part] or {}).get("calls")
                 return "calls" if not _same(*calls) else "metadata.cellgate"
