@@ -32,8 +32,9 @@ those pass exactly as the kernel sent them, except cellgate's own.
 
 cellgate's own MIME types (``application/vnd.cellgate.*``) and metadata key
 (``cellgate``) are the host's: from the kernel they are forgeries. They never
-pass, trusted or not; each is noted with the action ``forged: ...`` and the
-output says so in ``text/plain``, so no viewer shows it as the gate's.
+pass, trusted or not; each is noted with the action ``forged: ...``, and the
+output keeps only its ``text/plain``, which says so: no viewer shows it as
+the gate's.
 """
 
 from __future__ import annotations
@@ -170,9 +171,12 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
     if removed or not (out or forged):
         added.append(f"[cellgate removed output of type {', '.join(removed) or 'none'}: "
                      "kernel output may not run script in a frontend; the journal keeps it as data]")
-    if forged:
+    if forged:  # shown as text only, so the note below is what every viewer shows of it
+        for mime in sorted(set(out) - {"text/plain"}):
+            note(mime, "dropped: the output claimed cellgate's name, so it is shown as text only")
+        out = {k: v for k, v in out.items() if k == "text/plain"}
         added.append(f"[cellgate: the kernel sent this output in cellgate's own name ({', '.join(forged)[:300]}); "
-                     "it is not the gate's record, so that part was removed; the journal keeps it as data]")
+                     "it is not the gate's record, so it is shown as text only; the journal keeps it as data]")
     if added:
         plain = out.get("text/plain", "")
         gap = "\n" if plain and not plain.endswith("\n") else ""
