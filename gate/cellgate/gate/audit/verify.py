@@ -89,7 +89,8 @@ def _without_lost_bundle(want: list[Any], have: list[Any]) -> list[Any]:
     kept = []
     for index, output in enumerate(want):
         saved = have[index] if index < len(have) else None
-        if is_host_output(output) and is_host_output(saved) and CALLS_MIME not in saved.get("data", {}):
+        data = saved.get("data") if isinstance(saved, dict) and is_host_output(saved) else None
+        if is_host_output(output) and isinstance(data, dict) and CALLS_MIME not in data:
             output = {**output, "data": {k: v for k, v in output["data"].items() if k != CALLS_MIME}}
         kept.append(output)
     return kept
