@@ -70,8 +70,10 @@ def _calls_output_difference(want: list[Any], have: list[Any]) -> str | None:
     wanted = [o for o in want if is_host_output(o)]
     found = [o for o in have if is_host_output(o)]
     if len(found) > len(wanted):
-        return (f"host-authored calls output, which appears {len(found)} times (the host wrote it "
-                f"{len(wanted)} time{'s' if len(wanted) != 1 else ''}): an output was added")
+        def times(n: int) -> str:
+            return f"{n} time{'s' if n != 1 else ''}"
+        return (f"host-authored calls output, which appears {times(len(found))} (the host wrote it "
+                f"{times(len(wanted))}): an output was added")
     if len(found) < len(wanted):
         return "host-authored calls output, which was removed"
     if not _same(wanted, found):
