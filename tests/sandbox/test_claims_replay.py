@@ -85,7 +85,8 @@ def test_live_tools_in_a_replay_are_decided_by_the_operator_s_policy(recorded: t
     replayed = calls_of(output)
     assert replayed[1] == [("charge", {"amount": 300}, "deny")], replayed
     nb = nbformat.read(output, as_version=4)
-    assert nb.cells[1].outputs[-1]["ename"] == "ToolDenied"
+    *printed, calls = nb.cells[1].outputs  # the last output is the host's table of the cell's calls
+    assert printed[-1]["ename"] == "ToolDenied" and calls["metadata"]["cellgate"] == {"authored_by": "host"}
     # The same replay under a policy that allows it: the live call runs (the policy, not replay, refused above).
     config.write_text(POLICY)
     done = cellgate("replay", str(notebook), "--live", "charge", "--config", str(config), "--notebook",

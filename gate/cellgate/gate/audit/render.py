@@ -17,8 +17,10 @@ from nbformat.v4 import writes as nbjson_writes
 from nbformat.v4.rwbase import split_lines
 
 from cellgate.gate._json import sha256_hex
+from cellgate.gate.audit.calls_view import calls_output
 from cellgate.gate.audit.cells import CellRecord
 from cellgate.gate.audit.journal import json_safe
+from cellgate.gate.audit.sanitize import FORGED
 
 if TYPE_CHECKING:
     from cellgate.gate.audit.reducer import Reducer
@@ -31,17 +33,22 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         markdown.id = f"cell-{cell.serial}"
         markdown.metadata["cellgate"] = {"kind": "model", **cell.extra}
         return markdown
+    calls = sorted([*cell.calls, *cell.pending_calls.values()], key=lambda c: c["seq"])
+    outputs = [*cell.outputs, calls_output(calls)] if calls else cell.outputs
     node: NotebookNode = nbformat.from_dict({
         "id": f"cell-{cell.serial}", "cell_type": "code", "metadata": {}, "execution_count": cell.execution_count,
-        "source": cell.source, "outputs": [nbformat.from_dict(o) for o in cell.outputs]})
+        "source": cell.source, "outputs": [nbformat.from_dict(o) for o in outputs]})
     meta: dict[str, Any] = {
         "sha256": sha256_hex(cell.source),
         "started": cell.started,
         "ended": cell.ended,
         "status": cell.status,
         "limits_hit": list(cell.limits_hit),
-        "calls": sorted([*cell.calls, *cell.pending_calls.values()], key=lambda c: c["seq"]),
+        "calls": calls,
     }
+    forged = forged_outputs(cell.outputs)
+    if forged:  # outputs the kernel sent in cellgate's own name: renamed by sanitize, flagged here
+        meta["forged_outputs"] = forged
     if cell.error:
         meta["error"] = cell.error
     if cell.journal:
@@ -58,6 +65,17 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         meta["late_outputs"] = [dict(o) for o in cell.late_outputs]
     node.metadata["cellgate"] = meta
     return node
+
+
+def forged_outputs(outputs: list[Any]) -> list[dict[str, Any]]:
+    """Where the kernel's outputs claimed cellgate's MIME types or metadata (by output index)."""
+    found = []
+    for index, output in enumerate(outputs):
+        notes = ((output.get("metadata") or {}).get("cellgate") or {}).get("sanitized") or []
+        claimed = [n["mime"] for n in notes if str(n.get("action", "")).startswith(FORGED)]
+        if claimed:
+            found.append({"output": index, "claimed": claimed})
+    return found
 
 
 def notebook_metadata(run: Reducer, journal_name: str) -> dict[str, Any]:
@@ -105,4 +123,4 @@ class NotebookText:
         return envelope + "\n"
 
 
-__all__ = ["NotebookText", "cell_node", "notebook", "notebook_metadata"]
+__all__ = ["NotebookText", "cell_node", "forged_outputs", "notebook", "notebook_metadata"]

@@ -28,7 +28,13 @@ XSRF cookie. Every MIME bundle (``display_data``, ``update_display_data``,
 
 What changed is listed in the output's metadata under ``cellgate.sanitized``.
 An operator may name MIME types they trust (``[frontend] trusted_mime``):
-those pass exactly as the kernel sent them.
+those pass exactly as the kernel sent them, except cellgate's own.
+
+cellgate's own MIME types (``application/vnd.cellgate.*``) and metadata key
+(``cellgate``) are the host's: from the kernel they are forgeries. They never
+pass, trusted or not; each is noted with the action ``forged: ...``, and the
+output keeps only its ``text/plain``, which says so: no viewer shows it as
+the gate's.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ _DATA_IMAGE = re.compile(r"^\s*data:image/(png|jpeg|gif|webp|svg\+xml)[;,]", re.
 _TEX_ACTIVE = re.compile(
     r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*|bbox|enclose"
     r"|mmlToken)(?![A-Za-z])")
+CELLGATE_MIME_PREFIX = "application/vnd.cellgate."
+FORGED = "forged"  # the action of a note on what the kernel sent in cellgate's own name
 MAX_MARKDOWN = 1 << 20  # rendered on the host's relay thread: a larger one is shown as text
 _URL_ATTRIBUTES = frozenset({"href", "src", "cite", "longdesc", "action", "formaction", "background", "poster"})
 # Removed with everything inside them (the others are unwrapped to their text).
@@ -113,8 +121,14 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
         notes.append({"mime": mime[:200], "action": action})
 
     html_parts: list[str] = []
+    forged = [str(k) for k in metadata if _cellgates(str(k))] + [str(m) for m in data if _cellgates(str(m))]
+    for claimed in forged:
+        note(claimed if claimed != "cellgate" else "metadata.cellgate",
+             f"{FORGED}: cellgate's own name from the kernel; removed (only the host writes it)")
     for mime, value in sorted(data.items(), key=lambda item: str(item[0])):  # the journal stores keys sorted
         mime = str(mime)
+        if _cellgates(mime):
+            continue
         if mime in trusted:
             out[mime] = value
             continue
@@ -153,15 +167,29 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
     if html_parts and "text/html" not in out:
         out["text/html"] = "\n".join(html_parts)
     removed = [n["mime"] for n in notes if n["action"].startswith("removed")]
-    if removed or not out:
+    added = []
+    if removed or not (out or forged):
+        added.append(f"[cellgate removed output of type {', '.join(removed) or 'none'}: "
+                     "kernel output may not run script in a frontend; the journal keeps it as data]")
+    if forged:  # shown as text only, so the note below is what every viewer shows of it
+        for mime in sorted(set(out) - {"text/plain"}):
+            note(mime, "dropped: the output claimed cellgate's name, so it is shown as text only")
+        out = {k: v for k, v in out.items() if k == "text/plain"}
+        added.append(f"[cellgate: the kernel sent this output in cellgate's own name ({', '.join(forged)[:300]}); "
+                     "it is not the gate's record, so it is shown as text only; the journal keeps it as data]")
+    if added:
         plain = out.get("text/plain", "")
         gap = "\n" if plain and not plain.endswith("\n") else ""
-        out["text/plain"] = (f"{plain}{gap}[cellgate removed output of type {', '.join(removed) or 'none'}: "
-                             "kernel output may not run script in a frontend; the journal keeps it as data]")
+        out["text/plain"] = plain + gap + "\n".join(added)
     kept = {k: v for k, v in metadata.items() if k in out and k != "cellgate"}
     if notes:
         kept["cellgate"] = {"sanitized": notes}
     return out, kept, notes
+
+
+def _cellgates(name: str) -> bool:
+    """A MIME type or metadata key in cellgate's own name (MIME types compare without case)."""
+    return name == "cellgate" or name.strip().lower().startswith(CELLGATE_MIME_PREFIX)
 
 
 def sanitize_output(output: dict[str, Any], trusted: Iterable[str] = ()) -> dict[str, Any]:

@@ -17,7 +17,9 @@ Checked, in order, and every problem reported with its place:
 3. the notebook's content equals the one the journal renders, compared under
    ``canonical`` (what frontends do on save is tolerated; any change to a
    source, output, call, decision or metadata field is not; a cell added or
-   deleted is named);
+   deleted is named, and so is a host-authored calls output that was edited,
+   removed or duplicated; its calls bundle may be missing, as a save through
+   nbformat v3 leaves it, the table and metadata.cellgate.calls still say the same);
 4. every result blob the journal names is the run's own, a regular file of
    the recorded size and sha256.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confined
+from cellgate.gate.audit.calls_view import CALLS_MIME, is_host_output
 from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata, canonical_source
 from cellgate.gate.audit.journal import JournalRead, read_journal
 from cellgate.gate.audit.reducer import Reducer
@@ -62,11 +65,47 @@ def _label(cell: Any) -> str:
     return f"({cell.get('cell_type')}, {first[:60]!r})"
 
 
+def _calls_output_difference(want: list[Any], have: list[Any]) -> str | None:
+    """How the host-authored calls output of a cell differs from the journal's, or None."""
+    wanted = [o for o in want if is_host_output(o)]
+    found = [o for o in have if is_host_output(o)]
+    if len(found) > len(wanted):
+        def times(n: int) -> str:
+            return f"{n} time{'s' if n != 1 else ''}"
+        return (f"host-authored calls output, which appears {times(len(found))} (the host wrote it "
+                f"{times(len(wanted))}): an output was added")
+    if len(found) < len(wanted):
+        return "host-authored calls output, which was removed"
+    if not _same(wanted, found):
+        return "host-authored calls output, which was edited: it no longer shows the journal's calls"
+    return None
+
+
+def _without_lost_bundle(want: list[Any], have: list[Any]) -> list[Any]:
+    """The journal's outputs, without the calls bundle where the notebook's host output lost it whole.
+
+    A save through nbformat v3 drops vendor MIME types; the calls are still
+    compared in metadata.cellgate and the table, and a bundle that is there
+    must match.
+    """
+    kept = []
+    for index, output in enumerate(want):
+        saved = have[index] if index < len(have) else None
+        data = saved.get("data") if isinstance(saved, dict) and is_host_output(saved) else None
+        if is_host_output(output) and isinstance(data, dict) and CALLS_MIME not in data:
+            output = {**output, "data": {k: v for k, v in output["data"].items() if k != CALLS_MIME}}
+        kept.append(output)
+    return kept
+
+
 def _cell_difference(want: Any, have: Any) -> str | None:
     """The first part in which a notebook cell differs from the journal's, or None."""
     want_parts, have_parts = canonical_cell(want), canonical_cell(have)
+    want_parts["outputs"] = _without_lost_bundle(want_parts["outputs"], have_parts["outputs"])
     for part in ("cell_type", "source", "outputs", "execution_count", "cellgate"):
         if not _same(want_parts[part], have_parts[part]):
+            if part == "outputs":
+                return _calls_output_difference(want_parts[part], have_parts[part]) or part
             if part == "cellgate":
                 calls = (want_parts[part] or {}).get("calls"), (have_parts[part] or {}).get("calls")
                 return "calls" if not _same(*calls) else "metadata.cellgate"
