@@ -66,15 +66,17 @@ def test_the_calls_table_is_rendered_without_any_extension(lab: Lab, browser: We
     mixed = record_mixed_run(tmp_path)
     try:
         shown = as_reviewer_sees(browser, lab, reviewed_copy(northwind, lab))
-        assert "cellgate recorded 313 gated calls of this cell: 313 ok" in shown["text"]
-        assert shown["summary"] == [["create_task", "allow", "ok", "312"], ["list_orders", "allow", "ok", "1"]]
+        assert "cellgate recorded 313 gated calls of this cell: 313 allowed" in shown["text"]
+        assert shown["summary"] == [["create_task", "allow", "allowed", "312"], ["list_orders", "allow", "allowed", "1"]]
         assert shown["calls"] == [] and not shown["open"]  # no call failed: no table of failures; <details> closed
         assert len(shown["hidden"]) == 313 and shown["hidden"][0][:2] == ["1", "list_orders"]  # in <details>
 
         shown = as_reviewer_sees(browser, lab, reviewed_copy(mixed, lab))
         rows = shown["calls"]
-        assert [(r[1], r[5]) for r in rows] == [("add", "ok"), ("echo", "ok"), ("echo", "denied"), ("big", "denied"),
-                                                ("add", "invalid"), ("explode", "failed"), ("slow", "timeout")], rows
+        assert [(r[1], r[5]) for r in rows] == [
+            ("add", "allowed"), ("echo", "approved"), ("echo", "denied by approver"), ("big", "denied by rule"),
+            ("add", "invalid arguments"), ("explode", "tool error"), ("slow", "timed out")], rows
+        assert rows[4][3] == "invalid"  # a failed validation is not a deny
         assert rows[1][3].startswith("approved") and rows[1][4].startswith("scripted at ")
         assert rows[2][3].startswith("approval-denied") and "rule tools.big.decision" in rows[3][3]
         assert '"two"' in rows[4][2] and "ValueError: boom" in rows[5][6] and "did not finish" in rows[6][6]

@@ -50,7 +50,9 @@ def test_the_host_writes_the_calls_output_and_the_kernels_forgery_is_flagged(rec
     for shown in ("approved please", "refused please", "approval-denied", "tools.big", "scripted", "boom",
                   "'two' is not of type", "timeout"):
         assert shown in table, shown
-    assert host[0]["data"]["text/plain"].startswith("cellgate recorded 7 gated calls of this cell: 2 ok, 2 denied")
+    assert host[0]["data"]["text/plain"].startswith(
+        "cellgate recorded 7 gated calls of this cell: 1 allowed, 1 approved, 1 denied by approver, 1 denied by rule, "
+        "1 invalid arguments, 1 timed out, 1 tool error")
     assert not any(is_host_output(o) for o in quiet.outputs)  # a cell with no calls gets none
 
     forged = [o for o in mixed.outputs if "FORGED" in json.dumps(o)]

@@ -34,15 +34,16 @@ def test_hostile_values_are_shown_as_inert_text() -> None:
 
 def test_a_large_cell_shows_a_summary_and_its_failures_first_and_every_call_in_details() -> None:
     calls = [call(n, tool="add" if n % 2 else "echo", ok=n not in (5, 17)) for n in range(1, 26)]
-    assert summary(calls) == {("add", "allow", "ok"): 11, ("echo", "allow", "ok"): 12, ("add", "allow", "failed"): 2}
+    assert summary(calls) == {("add", "allow", "allowed"): 11, ("echo", "allow", "allowed"): 12,
+                              ("add", "allow", "tool error"): 2}
     html = calls_output(calls)["data"]["text/html"]
     summary_at, failures_at, details_at = (html.index('class="cellgate-calls-summary"'), html.index("2 not ok"),
                                            html.index("<details><summary>all 25 calls</summary>"))
     assert summary_at < failures_at < details_at
     assert html[failures_at:details_at].count("<tr class=") == 2 and html[details_at:].count("<tr class=") == 25
     text = calls_output(calls)["data"]["text/plain"]
-    assert text.splitlines()[0] == "cellgate recorded 25 gated calls of this cell: 23 ok, 2 failed"
-    assert "#5 add allow -> failed: call 5 failed" in text and "(23 more not listed here)" in text
+    assert text.splitlines()[0] == "cellgate recorded 25 gated calls of this cell: 23 allowed, 2 tool error"
+    assert "#5 add allow -> tool error: call 5 failed" in text and "(23 more not listed here)" in text
 
 
 def test_a_huge_cell_lists_a_bounded_number_of_rows() -> None:

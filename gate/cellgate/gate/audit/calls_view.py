@@ -24,6 +24,7 @@ from typing import Any
 
 import nh3
 
+from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.calls.redaction import visible
 
 CALLS_MIME = "application/vnd.cellgate.calls+json"
@@ -45,18 +46,17 @@ def is_host_output(output: Any) -> bool:
 
 
 def outcome(call: dict[str, Any]) -> str:
-    """ok, started, needs-reconciliation, or the error's kind (invalid, denied, failed, timeout...)."""
-    if call.get("ok"):
-        return "ok"
-    if call.get("outcome") in ("started", "needs-reconciliation"):
-        return str(call["outcome"])
-    error = call.get("error")
-    return str(error.get("kind") or "failed") if isinstance(error, dict) else "failed"
+    """What happened to the call, in words (``call_summary.outcome``: a failed validation is invalid, not deny)."""
+    return cs.LABELS[cs.outcome(call)]
+
+
+def is_ok(call: dict[str, Any]) -> bool:
+    return not cs.is_failure(cs.outcome(call))
 
 
 def summary(calls: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
     """(tool, decision, outcome) -> number of calls, in order of first appearance."""
-    return dict(Counter((str(c.get("tool")), str(c.get("decision")), outcome(c)) for c in calls))
+    return dict(Counter((str(c.get("tool")), cs.decision(c), outcome(c)) for c in calls))
 
 
 def _trim(value: Any, limit: int) -> str:
@@ -95,9 +95,9 @@ def _time(call: dict[str, Any]) -> str:
 def _row(call: dict[str, Any]) -> str:
     state = outcome(call)
     rule = call.get("rule")
-    return (f'<tr class="cellgate-call-{_esc(state, 40)}"><td>{_esc(call.get("seq"), 20)}</td>'
+    return (f'<tr class="cellgate-call-{_esc(cs.outcome(call), 40)}"><td>{_esc(call.get("seq"), 20)}</td>'
             f"<td><code>{_esc(call.get('tool'), 100)}</code></td><td><code>{_esc(call.get('args'), ARGS_CHARS)}"
-            f"</code></td><td>{_esc(call.get('decision'), 40)}"
+            f"</code></td><td>{_esc(cs.decision(call), 40)}"
             + (f"<br><small>rule {_esc(rule, 100)}</small>" if rule else "")
             + f"</td><td>{_esc(_approver(call), 120)}</td><td><b>{_esc(state, 40)}</b></td>"
             f"<td><code>{_esc(_result(call), RESULT_CHARS)}</code></td><td>{_esc(_time(call), 60)}</td></tr>")
@@ -123,7 +123,7 @@ def _summary_table(calls: list[dict[str, Any]]) -> str:
 
 def _headline(calls: list[dict[str, Any]]) -> str:
     counts = Counter(outcome(c) for c in calls)
-    parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (kv[0] != "allowed", kv[0])))
     return f"cellgate recorded {len(calls)} gated call{'s' if len(calls) != 1 else ''} of this cell: {parts}"
 
 
@@ -133,7 +133,7 @@ def calls_html(calls: list[dict[str, Any]]) -> str:
     if len(calls) <= FULL_TABLE_UP_TO:
         body += _table(calls)
     else:
-        failures = [c for c in calls if outcome(c) != "ok"]
+        failures = [c for c in calls if not is_ok(c)]
         body += _summary_table(calls)
         if failures:
             body += f"<p><b>{len(failures)} not ok</b></p>" + _table(failures)
@@ -147,11 +147,11 @@ def calls_text(calls: list[dict[str, Any]]) -> str:
     if many:
         lines += [f"  {count} x {_trim(tool, 100)} {_trim(decision, 40)} -> {state}"
                   for (tool, decision, state), count in sorted(summary(calls).items())]
-        lines.append("not ok:" if any(outcome(c) != "ok" for c in calls) else "all ok")
-    shown = [c for c in calls if outcome(c) != "ok"] if many else calls
+        lines.append("not ok:" if any(not is_ok(c) for c in calls) else "all ok")
+    shown = [c for c in calls if not is_ok(c)] if many else calls
     for call in shown[:FULL_TABLE_UP_TO]:
         rule = f" (rule {_trim(call.get('rule'), 100)})" if call.get("rule") else ""
-        lines.append(f"  #{call.get('seq')} {_trim(call.get('tool'), 100)} {_trim(call.get('decision'), 40)}{rule}"
+        lines.append(f"  #{call.get('seq')} {_trim(call.get('tool'), 100)} {_trim(cs.decision(call), 40)}{rule}"
                      f" -> {outcome(call)}" + ("" if call.get("ok") else f": {_trim(_result(call), 120)}"))
     if len(shown) > FULL_TABLE_UP_TO or len(shown) < len(calls):
         lines.append(f"  ({len(calls) - min(len(shown), FULL_TABLE_UP_TO)} more not listed here)")

@@ -31,6 +31,7 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
 from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.audit import timeline
+from cellgate.gate.audit.calls_view import is_host_output
 from cellgate.gate.audit.run_view import CellView, RunView, read_run
 from cellgate.gate.audit.show import claims_text, load_notebook
 
@@ -208,6 +209,9 @@ def render(path: Path) -> str:
     sections: dict[str, str] = {}
     code = iter(run.cells)
     for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and isinstance(cell.get("outputs"), list):
+            # The host's calls output repeats what the cell's section below shows in full.
+            cell = nbformat.from_dict({**cell, "outputs": [o for o in cell.outputs if not is_host_output(o)]})
         shown.cells.append(cell)
         if cell.cell_type == "code":
             sections[f"{marker}{index}END"] = _cell_section(next(code))
