@@ -2,9 +2,9 @@
 
 A real audit notebook (``cellgate exec``: an allowed call, a call whose result is a blob, a tool error, a call
 denied by policy, invalid arguments; then a failing cell) opens as a record: no kernel, read-only, a status
-badge on each cell, the run panel with the run's hashes and the server-side ``cellgate verify``. A copy
-carrying the host's calls bundle on each cell (a fixture until the host writes it) shows the calls table;
-filtering, sorting, a blob loaded through the server and hostile text shown as text are checked on the DOM.
+badge on each cell, the run panel with the run's hashes and the server-side ``cellgate verify``. The host's
+calls output the record carries shows as the renderer's table: filtering, sorting, a blob loaded through the
+server and hostile text shown as text are checked on the DOM; a copy whose host output was edited fails verify.
 Then a live cellgate kernel's cell asks for approval (the queue approver), the pending-approvals panel shows it and approves it,
 and the cell goes on: asserted on the page and in the journal.
 """
@@ -93,16 +93,14 @@ def lab_with_extension(lab: Lab) -> Iterator[Lab]:
         page_config.write_text(json.dumps(shown))
 
 
-def with_calls_bundle(notebook: dict[str, Any]) -> dict[str, Any]:
-    """The notebook with the host's calls output appended to each code cell that made calls (the callsview
-    branch makes the host write it; until then this fixture does, from the recorded calls)."""
-    fixture = copy.deepcopy(notebook)
-    for cell in fixture["cells"]:
-        calls = cell.get("metadata", {}).get("cellgate", {}).get("calls")
-        if cell["cell_type"] == "code" and calls:
-            cell["outputs"].append({"output_type": "display_data", "metadata": {},
-                                    "data": {CALLS_MIME: {"calls": calls}, "text/plain": f"{len(calls)} calls"}})
-    return fixture
+def with_edited_calls_output(notebook: dict[str, Any]) -> dict[str, Any]:
+    """The notebook with the text of each host-authored calls output edited, as a forger of the record would."""
+    edited = copy.deepcopy(notebook)
+    for cell in edited["cells"]:
+        for output in cell.get("outputs", []):
+            if CALLS_MIME in output.get("data", {}):
+                output["data"]["text/plain"] = "every call was allowed"
+    return edited
 
 
 def refused(lab: Lab, method: str, path: str, body: Any = None) -> tuple[int, str]:
@@ -152,7 +150,10 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     recorded = json.loads((folder / "run.ipynb").read_text())
     first = recorded["cells"][0]["metadata"]["cellgate"]
     assert [c["decision"] for c in first["calls"]] == ["allow", "allow", "allow", "deny", "deny"], first["calls"]
-    (folder / "with-calls.ipynb").write_text(json.dumps(with_calls_bundle(recorded)))
+    host_outputs = [o for o in recorded["cells"][0]["outputs"] if CALLS_MIME in o.get("data", {})]
+    assert [o["metadata"] for o in host_outputs] == [{"cellgate": {"authored_by": "host"}}], host_outputs
+    assert host_outputs[0]["data"][CALLS_MIME]["calls"] == first["calls"]
+    (folder / "edited.ipynb").write_text(json.dumps(with_edited_calls_output(recorded)))
 
     # The server extension serves files under its root only, and blobs from a run's own blob folder only.
     blob = first["calls"][1]
@@ -187,8 +188,7 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
         "opening an audit notebook started a kernel"
     assert not find(browser, ".lm-TabBar-tab.jp-mod-dirty"), "opening the record changed it"
 
-    # The calls bundle: the renderer's table, filtered, sorted, a blob loaded; hostile text stays text.
-    open_record(browser, lab, "review/with-calls.ipynb")
+    # The host's calls output: the renderer's table, filtered, sorted, a blob loaded; hostile text stays text.
     (table,) = wait_for(lambda: find(browser, ".cg-rendered-calls"), 30, "the calls table under cell 1")
     assert calls_rows(table) == ["add", "big", "explode", "echo", "add"]
     summary = table.find_element(By.CSS_SELECTOR, ".cg-calls-summary").text
@@ -217,11 +217,13 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
                       "the blob loaded through the server",
                       show=lambda: [e.text[:200] for e in table.find_elements(By.CSS_SELECTOR, ".cg-call-detail pre")])
     assert loaded[0] == json.dumps("x" * 8 * 1024), loaded[0][:100]
-    # This copy is not what the journal says: the run panel's verify says so, naming the cell.
+    assert lab.session_kernel("review/run.ipynb") is None
+    # A copy with its host output edited is not what the journal says: the run panel's verify names the cell.
+    open_record(browser, lab, "review/edited.ipynb")
     side_tab(browser, "cellgate-run-panel")
     verdict = wait_for(lambda: [e.text for e in find(browser, ".cg-verdict-failed")], 60, "verify to fail")[0]
-    assert "cell 1 differs from the journal in its outputs" in verdict, verdict
-    assert lab.session_kernel("review/with-calls.ipynb") is None
+    assert "cell 1 differs from the journal in its host-authored calls output, which was edited" in verdict, verdict
+    assert lab.session_kernel("review/edited.ipynb") is None
 
 
 def test_an_approval_is_answered_from_the_panel_and_the_cell_goes_on(
