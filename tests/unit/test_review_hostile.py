@@ -102,3 +102,12 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> None:
         done = cellgate(*args, str(path), timeout=60)
         said = " ".join(done.stderr.split())
         assert done.returncode == 2 and "not a readable notebook" in said and "Traceback" not in said, said
+
+
+def test_an_exception_without_a_message_is_shown_by_its_name_alone(tmp_path: Path) -> None:
+    cell = {"cell_type": "code", "source": "while True: pass", "outputs": [], "execution_count": 1,
+            "metadata": {"cellgate": {"status": "timeout", "error": {"ename": "KeyboardInterrupt", "evalue": ""}}}}
+    console = Console(file=io.StringIO(), width=120, highlight=False)
+    show(notebook(tmp_path, [cell]), console, cell=1)
+    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
+    assert "  raised KeyboardInterrupt" in lines, lines

@@ -212,7 +212,7 @@ class _Printer:
         if cell.error:
             ename, evalue = cell.error
             first = evalue.strip().splitlines()
-            self.line("  raised ", (_field(ename, 80), "red"), f": {_field(first[0] if first else '')}")
+            self.line("  raised ", (_field(ename, 80), "red"), f": {_field(first[0])}" if first else "")
         if cell.late_outputs:
             self.line(("  late output: ", "yellow"), f"{len(cell.late_outputs)} output(s) printed after the cell ended "
                       "by work it started (metadata.cellgate.late_outputs)")
