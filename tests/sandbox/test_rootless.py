@@ -214,7 +214,7 @@ def test_a_delegated_cgroup_that_is_not_the_users_is_a_clear_error(tmp_path: Pat
         pytest.skip("root needs no delegated cgroup (runsc makes the sandbox's own)")
     with pytest.raises(SandboxUnavailable, match="does not exist") as caught:
         enforcement.check_rootless(require_hard_limits=False, cgroup_parent="cellgate-nobody-delegated-this")
-    assert "cellgate-nobody-delegated-this" in str(caught.value) and "ask an admin" in str(caught.value)
+    assert "cellgate-nobody-delegated-this" in str(caught.value) and "an admin delegates it" in str(caught.value)
     (tmp_path / "cell.py").write_text("print(1)\n")  # through the command line: the same, no traceback
     done = cellgate("exec", "cell.py", cwd=tmp_path, env={cgroups.ENV_PARENT: "cellgate-nobody-delegated-this"})
     assert done.returncode != 0 and "cellgate-nobody-delegated-this" in done.stderr, done.stderr
@@ -241,3 +241,23 @@ def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_wit
     assert box.session.sandbox_info["limits_enforced"]["memory"]["enforced"] == "whole sandbox"
     box.close()
     assert not any(child.exists() for child in children)
+
+
+def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_path: Path) -> None:
+    if DELEGATED is None:
+        pytest.skip("no delegated cgroup here (root: runsc's own; CI's user leg has one)")
+    from cellgate.gate.sandbox import leftovers
+
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    mine, other = "cg-00000000dead", "cg-00000000a11e"
+    made = [p.parent for p in cgroups.create(DELEGATED, mine, 256 << 20, 128)]
+    kept = [p.parent for p in cgroups.create(DELEGATED, other, 256 << 20, 128)]
+    try:
+        (root / mine).mkdir()  # its host is gone (no such pid); its record names its own cgroups and another's
+        (root / mine / leftovers.OWNER_FILE).write_text(json.dumps(
+            {"pid": 1 << 30, "start_time": "0", "runsc": None, "cgroups": [str(p) for p in made + kept]}))
+        assert leftovers.reap_leftovers(root) == [mine]
+        assert not any(p.exists() for p in made) and all(p.is_dir() for p in kept)
+    finally:
+        cgroups.remove(made + kept)

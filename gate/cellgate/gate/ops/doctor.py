@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._versions import versions
@@ -66,7 +67,7 @@ def _rootless_checks() -> int:
     try:
         delegation = cgroups.find()
     except SandboxUnavailable as exc:
-        _fail("cgroups", str(exc), "fix the delegation or the setting as the message says")
+        _fail("cgroups", escape(str(exc).removesuffix("; " + cgroups.FIX)), escape(cgroups.FIX))
         return 1
     if delegation is not None:
         _ok("cgroups", f"{delegation.describe()}: each sandbox gets a child there with its memory and pids limits")

@@ -34,8 +34,9 @@ from cellgate.gate._errors import SandboxUnavailable
 ROOT = Path("/sys/fs/cgroup")
 ENV_PARENT = "CELLGATE_CGROUP_PARENT"
 V1_CONTROLLERS = ("memory", "pids")
-FIX = ("ask an admin to delegate one (README: What an ordinary user gets), or unset [sandbox] cgroup_parent and "
-       f"{ENV_PARENT} to run with per-process limits")
+FIX = ("an admin delegates it: makes the folder in each of the memory and pids hierarchies under the user's own "
+       "cgroup and chowns it, its cgroup.procs and tasks to the user (README: What an ordinary user gets); or unset "
+       f"[sandbox] cgroup_parent and {ENV_PARENT} to run with per-process limits")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Delegation:
         if self.version == "v2":
             return f"delegated cgroup v2 {self.parents[0][1]}"
         return "delegated cgroup v1 " + ", ".join(str(path) for _, path in self.parents)
+
+    def where(self, controller: str) -> str:
+        """The delegated parent that holds ``controller``'s limit, as the report names it."""
+        parents = dict(self.parents)
+        return f"delegated cgroup {self.version} {parents.get(controller, parents.get('unified'))}"
 
     def child(self, sandbox_id: str) -> dict[str, Path]:
         return {name: parent / sandbox_id for name, parent in self.parents}

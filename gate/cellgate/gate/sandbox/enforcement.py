@@ -63,10 +63,12 @@ def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None 
         }
     delegation = delegated(cgroup_parent) if rootless else None
     if delegation is not None:
-        cgroup = f"the sandbox's child of the {delegation.describe()}"
+        def child(name: str) -> str:
+            return f"the sandbox's own child of the {delegation.where(name)}: its {name} limit"
+
         return {
-            "memory": {"enforced": "whole sandbox", "by": f"{cgroup} memory limit; per process also {address_space}"},
-            "pids": {"enforced": "whole sandbox", "by": f"{cgroup} pids limit; also {nproc}"},
+            "memory": {"enforced": "whole sandbox", "by": f"{child('memory')}; per process also {address_space}"},
+            "pids": {"enforced": "whole sandbox", "by": f"{child('pids')}; also {nproc}"},
             "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on "
                                             "the CPU time of runsc's process tree"},
         }
