@@ -73,7 +73,7 @@ def _rootless_checks() -> int:
         _ok("cgroups", f"{delegation.describe()}: each sandbox gets a child there with its memory and pids limits")
     else:
         console.print(f"[yellow]note[/]  cgroups: {version or 'none mounted'}; no delegated cgroup for this user "
-                      f"(v1: an admin delegates one, named in {cgroups.ENV_PARENT} or [sandbox] cgroup_parent; "
+                      f"(v1: an admin delegates one, named in {cgroups.ENV_PARENT} or \\[sandbox] cgroup_parent; "
                       "v2: systemd's user delegation), so limits bind as below")
     return 0
 
