@@ -20,9 +20,10 @@ import pytest
 from conftest import cellgate
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox import enforcement, mounts, oci, userns
+from cellgate.gate.sandbox import cgroups, enforcement, mounts, oci, userns
 
 ROOTLESS = os.geteuid() != 0
+DELEGATED = enforcement.delegated(None)  # an ordinary user's delegated cgroup ($CELLGATE_CGROUP_PARENT, CI's user leg)
 LAYOUT = oci.Layout(bundle="/r/b", etc="/r/etc", ipc="/r/ipc", conn="/r/conn", tools="/r/tools",
                     python_dirs=("/opt/py",))
 
@@ -79,11 +80,15 @@ def test_a_host_refusing_user_namespaces_gets_a_clear_error_not_a_traceback(tmp_
     assert "enable unprivileged user namespaces" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_hard_limits_demanded_where_none_can_be_had_is_a_clear_error(tmp_path: Path) -> None:
+def test_hard_limits_demanded_where_none_can_be_had_is_a_clear_error(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cgroups.ENV_PARENT, raising=False)  # no delegated cgroup: none can be had here
+    if (cgroups.ROOT / "cgroup.controllers").is_file() and enforcement.delegated(None) is not None:
+        pytest.skip("this user has a cgroup v2 subtree delegated by systemd: hard limits can be had")
     with pytest.raises(SandboxUnavailable, match="require_hard_limits = true") as caught:
         enforcement.check_rootless(require_hard_limits=True)
-    assert "run cellgate as root" in str(caught.value)
-    enforcement.check_rootless(require_hard_limits=False)  # what an ordinary user gets by default
+    assert "run cellgate as root" in str(caught.value) and "delegate a cgroup" in str(caught.value)
+    assert enforcement.check_rootless(require_hard_limits=False) is None  # what an ordinary user gets by default
     if ROOTLESS:  # through the command line: one line naming cause and fix, no traceback
         (tmp_path / "cellgate.toml").write_text("[sandbox]\nrequire_hard_limits = true\n")
         (tmp_path / "cell.py").write_text("print(1)\n")
@@ -142,8 +147,10 @@ def test_limits_bind_as_reported(shared) -> None:
     report = enforcement.report(ROOTLESS)
     sandbox = shared.session.provisioner.sandbox
     cgroup = Path("/sys/fs/cgroup/memory/cellgate", sandbox.id)
-    if ROOTLESS:
+    if ROOTLESS and DELEGATED is None:
         assert report["memory"]["enforced"] == "per process" and not cgroup.exists()
+    elif ROOTLESS:
+        assert report["memory"]["enforced"] == "whole sandbox" and "delegated cgroup" in report["memory"]["by"]
     elif enforcement.cgroup_version() == "v1":
         assert report["memory"]["enforced"] == "whole sandbox"
         assert int((cgroup / "memory.limit_in_bytes").read_text()) == 1 << 30
@@ -200,3 +207,57 @@ os.remove('/run/cellgate/ipc/fill')
     assert result.stdout.endswith(f"{errno.ENOSPC}\n"), result.stdout
     sandbox.kill()  # runsc and its namespace are gone; the host still reads what the kernel logged
     assert b"before the end" in sandbox.ipc_path(oci.OUTPUT_LOG).read_bytes()
+
+
+def test_a_delegated_cgroup_that_is_not_the_users_is_a_clear_error(tmp_path: Path) -> None:
+    if not ROOTLESS:
+        pytest.skip("root needs no delegated cgroup (runsc makes the sandbox's own)")
+    with pytest.raises(SandboxUnavailable, match="does not exist") as caught:
+        enforcement.check_rootless(require_hard_limits=False, cgroup_parent="cellgate-nobody-delegated-this")
+    assert "cellgate-nobody-delegated-this" in str(caught.value) and "an admin delegates it" in str(caught.value)
+    (tmp_path / "cell.py").write_text("print(1)\n")  # through the command line: the same, no traceback
+    done = cellgate("exec", "cell.py", cwd=tmp_path, env={cgroups.ENV_PARENT: "cellgate-nobody-delegated-this"})
+    assert done.returncode != 0 and "cellgate-nobody-delegated-this" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_with_it(session_factory) -> None:
+    if DELEGATED is None:
+        pytest.skip("no delegated cgroup here (root: runsc's own; CI's user leg has one)")
+    box = session_factory(memory_mb=512, pids=200)
+    sandbox = box.session.provisioner.sandbox
+    children = [path.parent for path in sandbox.cgroup_procs]
+    assert children == list(DELEGATED.child(sandbox.id).values())
+    pids: set[int] = set()
+    for child in children:
+        pids |= {int(pid) for pid in (child / "cgroup.procs").read_text().split()}
+        for limit in ("memory.limit_in_bytes", "memory.max"):
+            if (child / limit).exists():
+                assert int((child / limit).read_text()) == 512 << 20
+        if (child / "pids.max").exists():
+            assert (child / "pids.max").read_text().strip() == "200"
+    names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode() for pid in pids}
+    assert sandbox.process.pid in pids and {"runsc-sandbox", "runsc-gofer"} <= names, names  # all of runsc
+    assert box.session.sandbox_info["limits_enforced"]["memory"]["enforced"] == "whole sandbox"
+    box.close()
+    assert not any(child.exists() for child in children)
+
+
+def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_path: Path) -> None:
+    if DELEGATED is None:
+        pytest.skip("no delegated cgroup here (root: runsc's own; CI's user leg has one)")
+    from cellgate.gate.sandbox import leftovers
+
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    mine, other = "cg-00000000dead", "cg-00000000a11e"
+    made = [p.parent for p in cgroups.create(DELEGATED, mine, 256 << 20, 128)]
+    kept = [p.parent for p in cgroups.create(DELEGATED, other, 256 << 20, 128)]
+    try:
+        (root / mine).mkdir()  # its host is gone (no such pid); its record names its own cgroups and another's
+        (root / mine / leftovers.OWNER_FILE).write_text(json.dumps(
+            {"pid": 1 << 30, "start_time": "0", "runsc": None, "cgroups": [str(p) for p in made + kept]}))
+        assert leftovers.reap_leftovers(root) == [mine]
+        assert not any(p.exists() for p in made) and all(p.is_dir() for p in kept)
+    finally:
+        cgroups.remove(made + kept)

@@ -54,6 +54,9 @@ class SandboxSettings(StrictModel):
     start_timeout: float = Field(default=60.0, gt=0)
     require_hard_limits: bool = Field(default=False, description="refuse to start a sandbox whose memory and pids "
                                       "limits cannot bind it as a whole (without root: no cgroup)")
+    cgroup_parent: str | None = Field(default=None, description="without root: the cgroup an admin delegated to this "
+                                      "user (v1: under the user's own cgroup path in each of memory and pids; "
+                                      "else $CELLGATE_CGROUP_PARENT); each sandbox gets a child there")
     output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
     pool: int = Field(default=0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
                                                   "(cellgate mcp serve); each is used by one session only")

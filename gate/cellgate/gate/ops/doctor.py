@@ -9,10 +9,11 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._versions import versions
-from cellgate.gate.sandbox import enforcement, oci, userns
+from cellgate.gate.sandbox import cgroups, enforcement, oci, userns
 from cellgate.gate.sandbox.container import reap_leftovers, run_root
 from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
 from cellgate.gate.sandbox.snapshot import prune
@@ -63,10 +64,17 @@ def _rootless_checks() -> int:
         return 1
     console.print(f"[yellow]note[/]  snapshot: {enforcement.NO_RESTORE_ROOTLESS}")
     version = enforcement.cgroup_version()
-    console.print(f"[yellow]note[/]  cgroups: {version or 'none mounted'}; "
-                  + ("an ordinary user gets no cgroup on v1" if version == "v1" else
-                     "cellgate does not yet use a delegated v2 subtree (systemd-run --user --scope)")
-                  + ", so limits bind as below")
+    try:
+        delegation = cgroups.find()
+    except SandboxUnavailable as exc:
+        _fail("cgroups", escape(str(exc).removesuffix("; " + cgroups.FIX)), escape(cgroups.FIX))
+        return 1
+    if delegation is not None:
+        _ok("cgroups", f"{delegation.describe()}: each sandbox gets a child there with its memory and pids limits")
+    else:
+        console.print(f"[yellow]note[/]  cgroups: {version or 'none mounted'}; no delegated cgroup for this user "
+                      f"(v1: an admin delegates one, named in {cgroups.ENV_PARENT} or \\[sandbox] cgroup_parent; "
+                      "v2: systemd's user delegation), so limits bind as below")
     return 0
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import enforcement, leftovers, mounts, oci, snapshot
+from cellgate.gate.sandbox import cgroups, enforcement, leftovers, mounts, oci, snapshot
 from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
 from cellgate.gate.sandbox.leftovers import _process_start_time as _process_start_time  # where callers have
 from cellgate.gate.sandbox.leftovers import owner_alive as owner_alive  # found these
@@ -67,6 +67,7 @@ class SandboxConfig:
     snapshot: bool = False  # gVisor only: restore from a snapshot image of a started kernel (see ``snapshot``)
     start_timeout: float = 60.0
     require_hard_limits: bool = False  # refuse to start where memory binds only per process (``enforcement``)
+    cgroup_parent: str | None = None  # rootless: the delegated cgroup each sandbox gets a child of (``cgroups``)
 
 
 class Sandbox:
@@ -89,6 +90,8 @@ class Sandbox:
         # Not root: runsc --rootless, the socket folder in a namespace of its own (``userns``).
         self.rootless = config.isolation == "gvisor" and os.geteuid() != 0
         self._ipc_fd: int | None = None  # rootless: the socket folder, once its tmpfs is mounted
+        self._delegation: cgroups.Delegation | None = None  # rootless: the delegated cgroup, if any
+        self.cgroup_procs: list[Path] = []  # rootless: the sandbox's own delegated cgroups, runsc joins them
         self._reaper: subprocess.Popen[bytes] | None = None
         self.ports = {f"{c}_port": i + 1 for i, c in enumerate(CHANNELS)}
 
@@ -114,7 +117,7 @@ class Sandbox:
     # -- lifecycle
     def _prepare(self) -> list[str]:
         if self.rootless:  # what the host lacks is the first thing said, before any folder is made
-            enforcement.check_rootless(self.config.require_hard_limits)
+            self._delegation = enforcement.check_rootless(self.config.require_hard_limits, self.config.cgroup_parent)
         private_dir(run_root())
         self.root.mkdir(mode=0o700)
         for part in ("bundle/rootfs", "etc", "ipc", "conn", "tools", "state", "log"):
@@ -176,8 +179,12 @@ class Sandbox:
                 str(self.path("bundle")), self.id, image=self._snapshot_image(), rootless=self.rootless,
             )
             if self.rootless:
+                if self._delegation is not None:
+                    limits = self.config.limits
+                    self.cgroup_procs = cgroups.create(self._delegation, self.id, limits.memory_bytes, limits.pids)
                 argv = [sys.executable, "-I", "-S", str(Path(__file__).with_name("userns.py")), str(self.path("ipc")),
-                        str(mounts.IPC_BYTES), str(mounts.IPC_INODES), "--", *argv]
+                        str(mounts.IPC_BYTES), str(mounts.IPC_INODES),
+                        *(f"--cgroup={path}" for path in self.cgroup_procs), "--", *argv]
             return argv
         return kernel_argv
 
@@ -248,6 +255,7 @@ class Sandbox:
             "pid": os.getpid(), "start_time": _process_start_time(os.getpid()),
             "runsc": self.config.runsc.path if self.config.isolation == "gvisor" and self.config.runsc else None,
             "kernel_pid": self.process.pid, "kernel_start_time": _process_start_time(self.process.pid),
+            "cgroups": [str(path.parent) for path in self.cgroup_procs],
         }
         self.path(OWNER_FILE).write_text(json.dumps(owner))
         self._reaper = subprocess.Popen(
@@ -324,6 +332,11 @@ class Sandbox:
             self._ipc_fd = fd
         return self._ipc_fd is not None
 
+    @property
+    def memory_cgroup(self) -> Path | None:
+        """Rootless: the sandbox's delegated memory cgroup, where ``oom`` reads its deaths (root: runsc's)."""
+        return cgroups.memory_dir(self.cgroup_procs)
+
     def log_tail(self, limit: int = 1500) -> str:
         try:
             return self.path("log", "sandbox.log").read_text(errors="replace")[-limit:].strip() or "(no output)"
@@ -351,6 +364,7 @@ class Sandbox:
         if self._ipc_fd is not None:
             os.close(self._ipc_fd)  # its tmpfs goes with runsc's namespace
             self._ipc_fd = None
+        cgroups.remove([path.parent for path in self.cgroup_procs])
         mounts.unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
         if self._reaper is not None and self._reaper.stdin is not None:
@@ -374,6 +388,6 @@ class Sandbox:
         info["network"] = "none"
         if self.config.isolation == "gvisor":
             info["rootless"] = self.rootless
-            info["limits_enforced"] = enforcement.report(self.rootless)
+            info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent)
             info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
         return info

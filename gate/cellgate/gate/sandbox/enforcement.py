@@ -2,9 +2,10 @@
 
 As root runsc puts each sandbox in a cgroup of its own (``/cellgate/<id>``):
 memory and pids bind the sandbox as a whole. Without root, gVisor runs
-``--rootless`` and ignores cgroup errors, so no cgroup binds it (cellgate
-does not yet use a delegated cgroup v2 subtree where systemd offers one):
-memory binds each process (RLIMIT_AS, set by the kernel on itself before any
+``--rootless`` and ignores cgroup errors; where the system delegates a cgroup
+to the user (``cgroups``), cellgate puts each sandbox in a child of it, and
+memory and pids bind the sandbox as a whole again. Where it does not, no
+cgroup binds it: memory binds each process (RLIMIT_AS, set by the kernel on itself before any
 cell runs; every process it starts inherits it and cannot raise it), pids bind
 through RLIMIT_NPROC, which gVisor's Sentry enforces (OCI ``process.rlimits``).
 ``report`` says so, for ``cellgate doctor`` and the notebook's sandbox metadata;
@@ -18,13 +19,15 @@ import os
 from pathlib import Path
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox import oci, userns
+from cellgate.gate.sandbox import cgroups, oci, userns
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_RESTORE_ROOTLESS = ("snapshot starts need root: runsc cannot restore a checkpoint --rootless, "
                        "so each sandbox starts cold")
-HARD_LIMITS_FIX = ("run cellgate as root (runsc then puts each sandbox in a cgroup), or set [sandbox] "
-                   "require_hard_limits = false to accept per-process limits (README: What an ordinary user gets)")
+HARD_LIMITS_FIX = ("run cellgate as root (runsc then puts each sandbox in a cgroup), have an admin delegate a "
+                   f"cgroup to this user and name it in [sandbox] cgroup_parent or {cgroups.ENV_PARENT}, or set "
+                   "[sandbox] require_hard_limits = false to accept per-process limits "
+                   "(README: What an ordinary user gets)")
 
 
 def cgroup_version() -> str | None:
@@ -34,7 +37,15 @@ def cgroup_version() -> str | None:
     return "v1" if (CGROUP_ROOT / "memory").is_dir() else None
 
 
-def report(rootless: bool, isolation: str = "gvisor") -> dict[str, dict[str, str]]:
+def delegated(cgroup_parent: str | None) -> cgroups.Delegation | None:
+    """The delegated cgroup a rootless sandbox would use; None also when the configured one is unusable."""
+    try:
+        return cgroups.find(cgroup_parent)
+    except SandboxUnavailable:
+        return None  # the start refuses with the cause (``check_rootless``), and doctor says it
+
+
+def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None = None) -> dict[str, dict[str, str]]:
     """Per limit: ``enforced`` ('whole sandbox', 'per process' or 'no') and ``by`` what."""
     if isolation != "gvisor":
         nothing = {"enforced": "no", "by": "isolation none: not sandboxed"}
@@ -50,6 +61,17 @@ def report(rootless: bool, isolation: str = "gvisor") -> dict[str, dict[str, str
             "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on "
                                             "the cgroup's CPU time"},
         }
+    delegation = delegated(cgroup_parent) if rootless else None
+    if delegation is not None:
+        def child(name: str) -> str:
+            return f"the sandbox's own child of the {delegation.where(name)}: its {name} limit"
+
+        return {
+            "memory": {"enforced": "whole sandbox", "by": f"{child('memory')}; per process also {address_space}"},
+            "pids": {"enforced": "whole sandbox", "by": f"{child('pids')}; also {nproc}"},
+            "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on "
+                                            "the CPU time of runsc's process tree"},
+        }
     return {
         "memory": {"enforced": "per process", "by": f"{address_space}; the sandbox as a whole has no bound "
                                                     "(no cgroup without root)"},
@@ -59,8 +81,9 @@ def report(rootless: bool, isolation: str = "gvisor") -> dict[str, dict[str, str
     }
 
 
-def check_rootless(require_hard_limits: bool) -> None:
-    """Raise SandboxUnavailable, with cause and fix, when an ordinary user cannot get the sandbox configured."""
+def check_rootless(require_hard_limits: bool, cgroup_parent: str | None = None) -> cgroups.Delegation | None:
+    """The delegated cgroup to use, if any; SandboxUnavailable, with cause and fix, when an ordinary user cannot get
+    the sandbox configured."""
     problem = userns.probe()
     if problem is not None:
         raise SandboxUnavailable(f"gVisor without root needs a user namespace, which this host refuses "
@@ -68,6 +91,9 @@ def check_rootless(require_hard_limits: bool) -> None:
     if not os.access(oci.UNSHARE, os.X_OK):
         raise SandboxUnavailable(f"{oci.UNSHARE} is missing: without root the kernel takes its sandbox uid "
                                  "through util-linux's unshare in gVisor; install util-linux, or run cellgate as root")
-    if require_hard_limits:
-        raise SandboxUnavailable("[sandbox] require_hard_limits = true, but without root no cgroup binds the "
-                                 "sandbox: memory is bounded per process only (RLIMIT_AS); " + HARD_LIMITS_FIX)
+    delegation = cgroups.find(cgroup_parent)
+    if require_hard_limits and delegation is None:
+        raise SandboxUnavailable("[sandbox] require_hard_limits = true, but without root and without a delegated "
+                                 "cgroup no cgroup binds the sandbox: memory is bounded per process only (RLIMIT_AS); "
+                                 + HARD_LIMITS_FIX)
+    return delegation

@@ -1,7 +1,8 @@
 """Finding and deleting sandboxes whose host process is gone (however it went).
 
 Each run folder holds an owner record (``OWNER_FILE``): the host process's
-pid and start time, the runsc that runs the sandbox, the kernel's pid. A
+pid and start time, the runsc that runs the sandbox, the kernel's pid, and
+without root the sandbox's delegated cgroups (``cgroups``), removed with it. A
 folder whose owner is no longer alive is a leftover: its sandbox is killed and
 deleted, its socket folder's tmpfs unmounted, the folder removed. Used by the
 next start, the reaper and `cellgate doctor --clean`.
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate.sandbox import mounts
+from cellgate.gate.sandbox import cgroups, mounts
 from cellgate.gate.sandbox.runtime_dir import check_private
 
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -83,6 +84,10 @@ def reap_leftovers(root: Path) -> list[str]:
                     os.kill(pid, 9)
                 except OSError:
                     pass
+        named = owner.get("cgroups")  # without root: the sandbox's delegated cgroups (only ever its own, by name)
+        if isinstance(named, list):
+            paths = [Path(p) for p in named if isinstance(p, str)]
+            cgroups.remove([p for p in paths if cgroups.is_sandbox_cgroup(p, folder.name)])
         mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
         shutil.rmtree(folder, ignore_errors=True)
         reaped.append(folder.name)

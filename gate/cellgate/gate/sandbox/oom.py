@@ -14,6 +14,9 @@ read after the death is noticed.
 - cgroup v2: the parent ``cellgate`` cgroup's ``memory.events`` counts OOM
   kills of its children hierarchically and outlives them; its removal
   counts nothing.
+- Without root, a sandbox in a delegated cgroup (``cgroups``): the same, on
+  that cgroup (``memory_cgroup``), which cellgate removes itself after the
+  death is noticed: v1 as above, v2 its own ``memory.events``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _counter(path: Path, key: str) -> int | None:
 class OomWatch:
     """Started when a sandbox is attached; ``hit`` says whether its memory cgroup ran out."""
 
-    def __init__(self, sandbox_id: str, on_oom: Callable[[], None]) -> None:
+    def __init__(self, sandbox_id: str, on_oom: Callable[[], None], memory_cgroup: Path | None = None) -> None:
         self.sandbox_id = sandbox_id
         self.on_oom = on_oom
         self._fired = False
@@ -49,8 +52,8 @@ class OomWatch:
         self._signals = 0  # v1 eventfd signals so far: each OOM, plus one when the cgroup is removed
         self._fds: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._v1 = CGROUP_ROOT / "memory" / "cellgate" / sandbox_id
-        self._v2_events = CGROUP_ROOT / "cellgate" / "memory.events"
+        self._v1 = memory_cgroup or CGROUP_ROOT / "memory" / "cellgate" / sandbox_id
+        self._v2_events = (memory_cgroup or CGROUP_ROOT / "cellgate") / "memory.events"
         self._v2_before = _counter(self._v2_events, "oom_kill")
 
     def start(self, loop: asyncio.AbstractEventLoop) -> bool:

@@ -5,9 +5,11 @@ As root the host mounts a small tmpfs on each sandbox's socket folder
 in a user+mount namespace of their own (unprivileged user namespaces; gVisor's
 ``--rootless`` needs them anyway). So ``Sandbox`` starts, instead of runsc:
 
-    python -I -S userns.py <socket folder> <bytes> <inodes> -- runsc --rootless ... run ...
+    python -I -S userns.py <socket folder> <bytes> <inodes> [--cgroup=<cgroup.procs>...] -- runsc --rootless ...
 
-which enters a new user namespace (the user mapped to root in it: the only
+which first joins the sandbox's delegated cgroups where there are any
+(``cgroups``: writing its own pid to each ``cgroup.procs``, so runsc and all
+it starts are in them from the start), then enters a new user namespace (the user mapped to root in it: the only
 mapping an unprivileged process may write) and mount namespace, mounts the
 tmpfs there (same size, inode count, 0700 and nosuid/nodev/noexec as the
 host's), and executes runsc in place: runsc finds itself root in a namespace
@@ -47,6 +49,13 @@ FIX = ("enable unprivileged user namespaces (sysctl user.max_user_namespaces=150
        "profile allowing userns for runsc and python), or run cellgate as root")
 
 
+def join_cgroups(procs: list[str]) -> None:
+    """Move this process into each of the sandbox's cgroups (before runsc exists, so all of it inherits them)."""
+    for path in procs:
+        with open(path, "w") as handle:
+            handle.write(str(os.getpid()))
+
+
 def enter(ipc: str, size: int, inodes: int) -> None:
     """Enter a new user+mount namespace (the caller mapped to root) and mount the socket folder's tmpfs."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -80,8 +89,16 @@ def main(argv: list[str]) -> int:
     if probing:
         ipc, size, inodes, command = argv[1], 1 << 20, 8, ["/bin/true"]
     else:
-        ipc, size, inodes, command = argv[0], int(argv[1]), int(argv[2]), argv[4:]
-        assert argv[3] == "--" and command
+        split = argv.index("--")
+        ipc, size, inodes, command = argv[0], int(argv[1]), int(argv[2]), argv[split + 1:]
+        procs = [arg.removeprefix("--cgroup=") for arg in argv[3:split]]
+        assert command and all(arg.startswith("--cgroup=") for arg in argv[3:split])
+        try:
+            join_cgroups(procs)
+        except OSError as exc:
+            print(f"cellgate: cannot join the sandbox's delegated cgroup {exc.filename}: {exc.strerror}; check that "
+                  "the cgroup_parent an admin delegated is still this user's, or unset it", file=sys.stderr)
+            return FAILED
     try:
         enter(ipc, size, inodes)
     except OSError as exc:

@@ -67,7 +67,8 @@ class KernelWatch:
         self.iopub = iopub
         if self._oom is not None:
             self._oom.close()
-        self._oom = OomWatch(sandbox.id, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id))
+        self._oom = OomWatch(sandbox.id, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id),
+                             sandbox.memory_cgroup)
         if sandbox.config.isolation == "gvisor" and not self._oom.start(asyncio.get_running_loop()):
             self.cells.recorder.event("memory-accounting-unavailable",
                                       note="an OOM kill will be reported as kernel-died")

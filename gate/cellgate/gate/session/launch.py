@@ -71,6 +71,7 @@ class SandboxOverrides(TypedDict, total=False):
     call_timeout: float | None
     start_timeout: float | None
     require_hard_limits: bool | None
+    cgroup_parent: str | None
     output_limit_kb: int | None
     pool: int | None
     snapshot: bool | None
@@ -124,7 +125,7 @@ def sandbox_config(box: SandboxSettings, runsc: Runsc | None) -> SandboxConfig:
         reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
         restricted=tuple(box.allowed_imports) if box.restricted else None,
         snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
-        require_hard_limits=box.require_hard_limits,
+        require_hard_limits=box.require_hard_limits, cgroup_parent=box.cgroup_parent,
     )
 
 
@@ -144,7 +145,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
                        "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
                        "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
             "network": "none",
-            "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation),
+            "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent),
             "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
         },
         "config": {"file": settings.source, "base_dir": settings.base_dir},
