@@ -96,19 +96,18 @@ def tier_of(path: Path) -> str:
     return folder
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(TIERS[tier_of(item.path)])
         if "runsc" in getattr(item, "fixturenames", ()):
             item.add_marker("gvisor")
-
-
-@pytest.fixture(autouse=True)
-def _root_only_tests_need_root(request: pytest.FixtureRequest) -> None:
-    """Run as an ordinary user, a test of what only root has says so (CI's user leg deselects them instead)."""
-    marker = request.node.get_closest_marker("root_only")
-    if marker is not None and os.geteuid() != 0:
-        pytest.skip(f"needs root: {marker.kwargs.get('reason', marker.args[0] if marker.args else '')}")
+    # A test of what only root has (root_only) or only an ordinary user meets (ordinary_user) belongs to the
+    # other leg of CI (README, "Run the tests"): deselected here, run there, never skipped.
+    other_leg = "ordinary_user" if os.geteuid() == 0 else "root_only"
+    elsewhere = [item for item in items if item.get_closest_marker(other_leg) is not None]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item.get_closest_marker(other_leg) is None]
 
 
 @pytest.fixture(autouse=True)

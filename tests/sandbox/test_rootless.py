@@ -209,9 +209,8 @@ os.remove('/run/cellgate/ipc/fill')
     assert b"before the end" in sandbox.ipc_path(oci.OUTPUT_LOG).read_bytes()
 
 
+@pytest.mark.ordinary_user
 def test_a_delegated_cgroup_that_is_not_the_users_is_a_clear_error(tmp_path: Path) -> None:
-    if not ROOTLESS:
-        pytest.skip("root needs no delegated cgroup (runsc makes the sandbox's own)")
     with pytest.raises(SandboxUnavailable, match="does not exist") as caught:
         enforcement.check_rootless(require_hard_limits=False, cgroup_parent="cellgate-nobody-delegated-this")
     assert "cellgate-nobody-delegated-this" in str(caught.value) and "an admin delegates it" in str(caught.value)
@@ -221,9 +220,10 @@ def test_a_delegated_cgroup_that_is_not_the_users_is_a_clear_error(tmp_path: Pat
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.ordinary_user
 def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_with_it(session_factory) -> None:
     if DELEGATED is None:
-        pytest.skip("no delegated cgroup here (root: runsc's own; CI's user leg has one)")
+        pytest.skip("no cgroup is delegated to this user (CI's user leg has one: scripts/test-as-user)")
     box = session_factory(memory_mb=512, pids=200)
     sandbox = box.session.provisioner.sandbox
     children = [path.parent for path in sandbox.cgroup_procs]
@@ -243,9 +243,10 @@ def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_wit
     assert not any(child.exists() for child in children)
 
 
+@pytest.mark.ordinary_user
 def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_path: Path) -> None:
     if DELEGATED is None:
-        pytest.skip("no delegated cgroup here (root: runsc's own; CI's user leg has one)")
+        pytest.skip("no cgroup is delegated to this user (CI's user leg has one: scripts/test-as-user)")
     from cellgate.gate.sandbox import leftovers
 
     root = tmp_path / "run"
