@@ -46,9 +46,8 @@ def test_a_folder_that_is_not_this_users_alone_is_refused_naming_it(tmp_path: Pa
             check_private(target)  # what readers of the folder (doctor --clean, approvals list) check
 
 
+@pytest.mark.root_only("it gives the folder to another user")
 def test_a_folder_of_another_user_is_refused_naming_its_owner(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the folder to another user (test_other_users.py does it as two users)")
     target = tmp_path / "state"
     target.mkdir(mode=0o700)
     os.chown(target, 4242, 4242)
