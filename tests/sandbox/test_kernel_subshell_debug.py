@@ -16,6 +16,7 @@ import pytest
 from conftest import SAMPLE_TOOLS, cellgate
 from jupyter_client import BlockingKernelClient, KernelManager
 
+from cellgate.gate.audit.calls_view import CALLS_MIME, is_host_output
 from cellgate.gate.session.notices import DISPLAY_PREFIX
 from cellgate.gate.session.subshells import MAX_SUBSHELLS
 
@@ -168,8 +169,11 @@ def test_a_subshell_cell_runs_beside_a_main_cell_each_with_its_own_calls_budget_
         "sub": [("echo", "sub-1", "allow", True), ("echo", "sub-2", "allow", True), ("echo", "sub-3", "deny", False),
                 ("add", 60, "approval-denied", False)]}
     assert main_cell.calls[-1]["rule"] == sub_cell.calls[2]["rule"] == "tools.echo.max_calls_per_cell"
-    assert [o.get("text") for o in notebook[0].outputs] == ["ToolBudgetExceeded\nmain-1 51 main-2\n"]
-    assert [o.get("text") for o in notebook[1].outputs] == ["sub-1 sub-2\nToolBudgetExceeded\nadd denied\n"]
+    printed = [[o.get("text") for o in cell.outputs if not is_host_output(o)] for cell in notebook]
+    assert printed == [["ToolBudgetExceeded\nmain-1 51 main-2\n"], ["sub-1 sub-2\nToolBudgetExceeded\nadd denied\n"]]
+    # each cell's own calls in the table the host wrote under it
+    assert [[o["data"][CALLS_MIME]["calls"] for o in cell.outputs if is_host_output(o)] for cell in notebook] == [
+        [main_cell.calls], [sub_cell.calls]]
 
 
 def test_a_cell_on_an_unknown_subshell_is_refused_and_subshells_are_bounded(
