@@ -153,7 +153,10 @@ class Journal:
                     os.fsync(self._file.fileno())
                 except OSError:
                     pass
-                self._file.close()
+                try:  # a record a full disk refused is still in the buffer: closing retries it (and closes the fd)
+                    self._file.close()
+                except OSError:
+                    pass
 
 
 @dataclass
