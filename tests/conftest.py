@@ -9,6 +9,7 @@ real gVisor sandbox), ``golden`` (snapshot comparisons) and ``browser``. A test 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -172,8 +173,9 @@ def session_factory(isolation: str, tmp_path_factory: pytest.TempPathFactory) ->
         return box
 
     yield start
-    for box in opened:
-        box.close()
+    with contextlib.ExitStack() as closing:  # every session is closed, even after one fails to close
+        for box in opened:
+            closing.callback(box.close)
 
 
 @pytest.fixture(scope="module")
