@@ -217,14 +217,8 @@ debug.seq = 0  # type: ignore[attr-defined]
 
 
 def debug_event(kc: BlockingKernelClient, event: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT
-    while True:
-        try:
-            msg = kc.get_iopub_msg(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(f"no debug_event {event!r} within {WAIT:g} s") from None
-        if msg["msg_type"] == "debug_event" and msg["content"].get("event") == event:
-            return dict(msg["content"])
+    msg = iopub_until(kc, lambda msg: msg["msg_type"] == "debug_event" and msg["content"].get("event") == event)
+    return dict(msg["content"])
 
 
 def test_the_debugger_stops_a_cell_at_a_breakpoint_and_the_cell_completes_gated_and_recorded(
