@@ -111,21 +111,37 @@ class OutputCap:
 
 
 def skip_empty_flushes(stream: Any) -> None:
-    """Make ``flush()`` of an ipykernel OutStream return at once when nothing was written since the last send.
+    """Make ``flush()`` of an ipykernel OutStream return at once when it has nothing unsent.
 
     Its flush from the cell's thread is a round trip to the IOPub thread, made
     several times per cell even when the cell printed nothing; inside gVisor
-    each thread hand-off is costly. Order is kept: text already taken from the
-    buffer is sent by the IOPub thread before anything queued after it.
+    each thread hand-off is costly. Text is unsent while it is in the buffer,
+    while a send is pending, and while the IOPub thread is inside ``_flush``:
+    that has taken the text from the buffer but queues its message only at the
+    end (after the hooks, one of which writes the output log). A flush skipped
+    then would let the idle status be queued, and sent, before the cell's
+    last output.
     """
-    if not hasattr(stream, "_buffers") or not hasattr(stream, "_flush_pending"):
+    if not all(hasattr(stream, name) for name in ("_buffers", "_flush_pending", "_flush")):
         return  # not the OutStream this was written against: keep its own flush
-    flush = stream.flush
+    flush, send = stream.flush, stream._flush
+    sending = [0]  # how many _flush calls are running (the IOPub thread's, or a caller's without one)
+
+    def counted_send() -> None:
+        sending[0] += 1
+        try:
+            send()
+        finally:
+            sending[0] -= 1
+
+    def has_unsent() -> bool:
+        return bool(stream._buffers or stream._flush_pending or sending[0])
 
     def lean_flush() -> None:
-        if stream._buffers or stream._flush_pending:
+        if has_unsent():
             flush()
 
+    stream._flush = counted_send
     stream.flush = lean_flush
 
 
