@@ -144,7 +144,6 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
     root = base / "root"
     root.mkdir(exist_ok=True)  # the caller may have put files in it
     token = secrets.token_hex(16)
-    port = free_port()
     log = base / "jupyter-lab.log"
     folders = {name: base / name.lower() for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
                                                       "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")}
@@ -152,8 +151,10 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
         folder.mkdir()
     command = [
         sys.executable, "-m", "jupyterlab",
-        "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        # A port free a moment ago; if another process takes it first, the server tries others (port_retries)
+        # and writes the one it listens on to its runtime folder (``server_port``).
+        "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={free_port()}",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
         "--ServerApp.terminals_enabled=True",
         # Nothing leaves the machine: no news, no update check, no extension index.
         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
@@ -169,6 +170,14 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
         process = subprocess.Popen(command, cwd=root, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, **{k: str(v) for k, v in folders.items()}, **env},
                                    start_new_session=True)
+    try:
+        port = wait_for(lambda: server_port(folders["JUPYTER_RUNTIME_DIR"], process.pid) or process.poll() is not None,
+                        start_seconds, "jupyter lab to write its server file", show=lambda: log.read_text()[-3000:])
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        raise
+    assert process.poll() is None, f"jupyter lab exited with {process.returncode}:\n{log.read_text()[-3000:]}"
     lab = Lab(url=f"http://127.0.0.1:{port}", token=token, root=root, log=log, process=process)
     try:
         wait_for(lambda: lab.alive() or process.poll() is not None, start_seconds, "jupyter lab to answer /api/status")
@@ -176,6 +185,14 @@ def jupyter_lab(base: Path, env: dict[str, str], start_seconds: float = 90) -> I
         yield lab
     finally:
         stop(lab)
+
+
+def server_port(runtime_dir: Path, pid: int) -> int | None:
+    """The port the server with process id ``pid`` listens on, from the file it writes once it listens."""
+    try:
+        return int(json.loads((runtime_dir / f"jpserver-{pid}.json").read_text())["port"])
+    except (OSError, ValueError, KeyError):  # not written yet, or half written
+        return None
 
 
 def stop(lab: Lab, seconds: float = 60) -> None:
