@@ -23,11 +23,16 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from cellgate.gate import CellgateError
-from cellgate.gate.audit.artifacts import ArtifactError, blob_text
-from cellgate.gate.audit.verify import check_run
-from cellgate.gate.calls.approval_queue import answer, pending_request, pending_requests
-from cellgate.gate.sandbox.container import owner_alive
+from cellgate.gate import (
+    ArtifactError,
+    CellgateError,
+    answer_approval,
+    blob_text,
+    pending_approval,
+    pending_approvals,
+    sandbox_owner_alive,
+    verify_run,
+)
 
 BLOB_TEXT_CHARS = 200_000  # of a blob's indented JSON, what one page shows
 _BLOB_NAME = re.compile(r"(?P<run>[^/\0]+)\.blobs/(?P<sha>[0-9a-f]{64})\.json")
@@ -71,7 +76,7 @@ class VerifyHandler(_Handler):
     @tornado.web.authenticated
     async def get(self) -> None:
         notebook = self.confined(self.get_query_argument("path", ""), "notebook")
-        result = await asyncio.to_thread(check_run, notebook)
+        result = await asyncio.to_thread(verify_run, notebook)
         self.finish(json.dumps({"ok": result.ok, "problems": result.problems, "records": result.records,
                                 "blobs": result.blobs, "key_id": result.key_id}))
 
@@ -108,9 +113,9 @@ class BlobHandler(_Handler):
 
 def _requests_of(pid: int) -> list[dict[str, Any]]:
     mine = []
-    for request in pending_requests():
+    for request in pending_approvals():
         owner = request.get("owner")
-        if isinstance(owner, dict) and owner.get("pid") == pid and owner_alive(owner):
+        if isinstance(owner, dict) and owner.get("pid") == pid and sandbox_owner_alive(owner):
             mine.append(request)
     return mine
 
@@ -138,13 +143,13 @@ class AnswerHandler(_Handler):
             self.fail(400, 'the body must be {"decision": "allow"|"deny", "args_sha256": ..., "kernel": ...}')
         pid = self.kernel_pid(body["kernel"])
         try:
-            request = await asyncio.to_thread(pending_request, request_id)
+            request = await asyncio.to_thread(pending_approval, request_id)
             if request_id not in {r.get("id") for r in await asyncio.to_thread(_requests_of, pid)}:
                 self.fail(404, f"approval {request_id!r} is not pending for kernel {body['kernel']!r}")
             if request.args_sha256 != body["args_sha256"]:
                 self.fail(409, f"approval {request_id!r} now has arguments with sha256 {request.args_sha256[:16]}…, "
                                f"not the {body['args_sha256'][:16]}… shown; reload the list and look again")
-            answered = await asyncio.to_thread(answer, request_id, body["decision"], str(body.get("reason", ""))[:500])
+            answered = await asyncio.to_thread(answer_approval, request_id, body["decision"], str(body.get("reason", ""))[:500])
         except CellgateError as exc:
             self.fail(409, str(exc))
         self.finish(json.dumps({"answered": request_id, "decision": body["decision"],

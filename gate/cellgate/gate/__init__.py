@@ -4,9 +4,11 @@ Public API::
 
     from cellgate.gate import Session, CellResult, Tool, ToolRegistry, Settings
 
-It is also all that extensions (``cellgate.extensions.*``) may import from the
-gate (an import-linter contract): tool sources, config sections, the helpers
-an agent loop or a server needs to show text to a model or a terminal.
+It is also all that extensions (``cellgate.extensions.*``) and the JupyterLab
+extension's server side may import from the gate (import-linter contracts):
+tool sources, config sections, the helpers an agent loop or a server needs to
+show text to a model or a terminal, and what a reviewer's views read (a run's
+verification, its blobs, the approvals waiting).
 
 The face is lazy: importing a room (``cellgate.gate.calls.policy``) does not
 import jupyter_client or the Session, so the CLI's light commands start fast.
@@ -31,9 +33,14 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate._model import StrictModel
     from cellgate.gate._terminal import clean as clean_for_terminal
     from cellgate.gate._terminal import reveal as reveal_for_terminal
+    from cellgate.gate.audit.artifacts import ArtifactError, blob_text
     from cellgate.gate.audit.cells import CellRecord
     from cellgate.gate.audit.events import Run as JournalEventRun
     from cellgate.gate.audit.recorder import Recorder
+    from cellgate.gate.audit.verify import check_run as verify_run
+    from cellgate.gate.calls.approval_queue import answer as answer_approval
+    from cellgate.gate.calls.approval_queue import pending_request as pending_approval
+    from cellgate.gate.calls.approval_queue import pending_requests as pending_approvals
     from cellgate.gate.calls.dispatch import Secret
     from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
@@ -42,11 +49,13 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.stubgen import signature as stub_signature
     from cellgate.gate.config import Settings, find_config, load_settings
     from cellgate.gate.ops.waiting import waiting_notices
+    from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
+    "ArtifactError": "cellgate.gate.audit.artifacts",
     "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
     "CellgateError": "cellgate.gate._errors",
@@ -66,6 +75,8 @@ _FACE = {
     "SourceUnavailable": "cellgate.gate._errors",
     "StrictModel": "cellgate.gate._model",
     "Tool": "cellgate.gate.calls.registry",
+    "answer_approval": "cellgate.gate.calls.approval_queue:answer",
+    "blob_text": "cellgate.gate.audit.artifacts",
     "ToolRegistry": "cellgate.gate.calls.registry",
     "ToolSource": "cellgate.gate.calls.sources",
     "clean_for_terminal": "cellgate.gate._terminal:clean",
@@ -73,19 +84,24 @@ _FACE = {
     "find_config": "cellgate.gate.config",
     "load_settings": "cellgate.gate.config",
     "open_sources": "cellgate.gate.calls.sources",
+    "pending_approval": "cellgate.gate.calls.approval_queue:pending_request",
+    "pending_approvals": "cellgate.gate.calls.approval_queue:pending_requests",
     "reveal_for_terminal": "cellgate.gate._terminal:reveal",
+    "sandbox_owner_alive": "cellgate.gate.sandbox.container:owner_alive",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
+    "verify_run": "cellgate.gate.audit.verify:check_run",
     "waiting_notices": "cellgate.gate.ops.waiting",
 }
 
 __all__ = [
-    "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
-    "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
-    "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
-    "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
-    "waiting_notices",
+    "ArtifactError", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied",
+    "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret",
+    "Session", "SessionError", "Settings", "SourceUnavailable", "StrictModel", "Tool", "ToolRegistry", "ToolSource",
+    "answer_approval", "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings",
+    "open_sources", "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_owner_alive",
+    "stub_signature", "tool_from_function", "trim", "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 
