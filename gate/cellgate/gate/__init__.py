@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.audit.events import Run as JournalEventRun
     from cellgate.gate.audit.recorder import Recorder
     from cellgate.gate.calls.dispatch import Secret
+    from cellgate.gate.calls.record import CallRecord
     from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
     from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
@@ -44,9 +45,12 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.ops.waiting import waiting_notices
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
+    from cellgate.gate.telemetry import CallSpan, Telemetry
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
+    "CallRecord": "cellgate.gate.calls.record",
+    "CallSpan": "cellgate.gate.telemetry",
     "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
     "CellgateError": "cellgate.gate._errors",
@@ -63,6 +67,7 @@ _FACE = {
     "Session": "cellgate.gate.session.session",
     "SessionError": "cellgate.gate._errors",
     "Settings": "cellgate.gate.config",
+    "Telemetry": "cellgate.gate.telemetry",
     "SourceUnavailable": "cellgate.gate._errors",
     "StrictModel": "cellgate.gate._model",
     "Tool": "cellgate.gate.calls.registry",
@@ -81,9 +86,9 @@ _FACE = {
 }
 
 __all__ = [
-    "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
+    "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
     "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
-    "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
+    "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
     "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
     "waiting_notices",
 ]

@@ -96,6 +96,7 @@ class Reducer:
     def _apply_to_cell(self, cell: CellRecord, event: str, record: dict[str, Any]) -> None:
         if event == "cell-started":
             cell.started = record["time"]
+            cell.trace = record.get("trace")
         elif event == "output":  # the journal keeps the kernel's output; cells hold what a frontend may see
             cell.add_output(sanitize_output(record["output"], self.trusted_mime))
         elif event == "execute-input":

@@ -51,6 +51,8 @@ NAMES_EXPRESSION = ("' '.join(sorted(n for n in globals() if n.isidentifier() an
                     "and n not in get_ipython().user_ns_hidden))")
 NOT_STARTED = "the session is not started; call start() or use `async with`"
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,99}$")
+# W3C Trace Context, version 00: version-trace_id-parent_id-flags (lowercase hex, ids not all zeros).
+_TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 def variable_names(reply_content: dict[str, Any]) -> list[str] | None:
@@ -115,7 +117,9 @@ class Session:
     (``isolation``, ``memory_mb``, ...) say what it runs with; ``registry``,
     ``sources``, ``approver``, ``gate_factory``, ``recorder_factory`` and
     ``journal_factory`` replace the parts it is made of (tests, replay,
-    benchmarks; see ``LaunchOptions``).
+    benchmarks; see ``LaunchOptions``). ``traceparent`` (W3C Trace Context) is the caller's trace, which
+    the session's spans continue when an observer traces it (README, "Tracing"); it is recorded in the
+    session's metadata.
     """
 
     def __init__(
@@ -134,8 +138,15 @@ class Session:
         sources: Sequence[ToolSource] = (),
         recorder_factory: RecorderFactory = Recorder,
         journal_factory: JournalFactory = Journal,
+        traceparent: str | None = None,
         **sandbox: Unpack[SandboxOverrides],
     ) -> None:
+        if traceparent is not None:
+            if not _TRACEPARENT.match(traceparent):
+                raise SessionError(f"traceparent {traceparent[:100]!r} is not a W3C traceparent "
+                                   "(00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>); pass the caller's "
+                                   "header value unchanged, or None")
+            metadata = {**(metadata or {}), "traceparent": traceparent}
         self._options = LaunchOptions(
             settings=settings, config=str(config) if config else None, tools=tuple(str(t) for t in tools),
             notebook=Path(notebook) if notebook else None,

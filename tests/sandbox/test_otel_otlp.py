@@ -1,0 +1,68 @@
+"""End to end: `cellgate exec` configured only by the standard OTEL_* variables exports its traces and metrics
+over OTLP/HTTP (protobuf) to a local receiver, continuing the caller's trace (TRACEPARENT); `cellgate show`
+and `report` print the trace id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE_TOOLS, cellgate
+from otlp_receiver import otlp_receiver
+
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+
+
+@pytest.fixture(scope="module")
+def exported(runsc, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("otlp")
+    notebook = folder / "run.ipynb"
+    with otlp_receiver() as (endpoint, received):
+        done = cellgate("exec", "-", "--tools", str(SAMPLE_TOOLS), "--notebook", str(notebook),
+                        stdin="print(tools.echo('hello'))\n", cwd=folder, env={
+                            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "cellgate-e2e",
+                            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=test",
+                            "TRACEPARENT": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello\n"
+    return {"received": received, "notebook": notebook, "folder": folder}
+
+
+def test_spans_arrive_over_otlp_http_in_the_callers_trace(exported) -> None:
+    received = exported["received"]
+    assert received.problems == []
+    spans = {span.name: (resource, span) for resource, span in received.spans()}
+    assert set(spans) == {"cellgate session", "cell code", "execute_tool echo"}
+    resource, session = spans["cellgate session"]
+    assert resource["service.name"] == "cellgate-e2e" and resource["deployment.environment.name"] == "test"
+    assert session.trace_id.hex() == CALLER_TRACE and session.parent_span_id.hex() == CALLER_SPAN
+    _, cell = spans["cell code"]
+    _, call = spans["execute_tool echo"]
+    assert cell.parent_span_id == session.span_id and call.parent_span_id == cell.span_id
+    assert {span.trace_id.hex() for _, span in spans.values()} == {CALLER_TRACE}
+    attributes = {a.key: a.value for a in call.attributes}
+    assert attributes["gen_ai.operation.name"].string_value == "execute_tool"
+    assert attributes["gen_ai.tool.name"].string_value == "echo"
+    assert attributes["cellgate.decision"].string_value == "allow"
+    assert "gen_ai.tool.call.arguments" not in attributes  # content capture is off by default
+
+
+def test_metrics_arrive_over_otlp_http(exported) -> None:
+    names = exported["received"].metric_names()
+    assert {"gen_ai.execute_tool.duration", "cellgate.calls", "cellgate.cells", "cellgate.sandbox.starts"} <= names
+
+
+def test_show_and_report_print_the_trace_id(exported) -> None:
+    notebook: Path = exported["notebook"]
+    shown = cellgate("show", str(notebook))
+    assert shown.returncode == 0, shown.stderr
+    assert CALLER_TRACE in shown.stdout
+    as_json = cellgate("show", "--json", str(notebook))
+    assert as_json.returncode == 0, as_json.stderr
+    assert CALLER_TRACE in json.dumps(json.loads(as_json.stdout))
+    report = exported["folder"] / "report.html"
+    done = cellgate("report", str(notebook), "-o", str(report))
+    assert done.returncode == 0, done.stderr
+    assert CALLER_TRACE in report.read_text()
