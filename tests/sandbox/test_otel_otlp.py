@@ -66,3 +66,8 @@ def test_show_and_report_print_the_trace_id(exported) -> None:
     done = cellgate("report", str(notebook), "-o", str(report))
     assert done.returncode == 0, done.stderr
     assert CALLER_TRACE in report.read_text()
+
+
+def test_the_traced_record_verifies(exported) -> None:
+    done = cellgate("verify", str(exported["notebook"]))
+    assert done.returncode == 0, done.stdout + done.stderr
