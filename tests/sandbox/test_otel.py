@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import run_agent
 from conftest import NORTHWIND, SAMPLE_TOOLS, TOOLS
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from cellgate.extensions.anthropic.testing import reply, text, tool_use
 from cellgate.gate.testing import BlockingSession
 
 KEY = "sk-live-0123456789abcdef"
@@ -176,3 +178,23 @@ def test_metrics_count_calls_cells_and_sandbox_starts(run) -> None:
     assert cells == {"ok": 3, "error": 1}
     (start,) = points["cellgate.sandbox.starts"]
     assert start.value == 1 and start.attributes["cellgate.sandbox.start"] in ("snapshot", "cold")
+
+
+def test_the_agent_loops_model_turns_are_chat_spans_with_token_usage(telemetry, run, runsc, tmp_path: Path) -> None:
+    spans, _ = telemetry
+    config = f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n[policy]\ndefault = "allow"\n[otel]\nenabled = true\n'
+    script = [reply(tool_use("execute_python", {"code": "print(tools.add(40, 2))"})), reply(text("42"))]
+    agent, _, notebook = run_agent(tmp_path, script, config=config, tools=())
+    assert agent.ended == "end_turn" and agent.final_text == "42"
+    (session,) = [s for s in spans.get_finished_spans() if s.name == "cellgate session" and s not in run["spans"]]
+    mine = [s for s in spans.get_finished_spans() if s.context.trace_id == session.context.trace_id]
+    chats = sorted((s for s in mine if s.name == "chat claude-test"), key=lambda s: s.start_time)
+    assert len(chats) == 2 and all(s.parent.span_id == session.context.span_id for s in chats)
+    turns = json.loads(notebook.read_text())["metadata"]["cellgate"]["agent"]["turns"]
+    for chat, turn in zip(chats, turns, strict=True):
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.provider.name"] == "anthropic"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == turn["usage"]["input_tokens"] > 0
+        assert chat.attributes["gen_ai.usage.output_tokens"] == turn["usage"]["output_tokens"]
+    assert chats[0].attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+    assert [s.name for s in mine if s.name.startswith("execute_tool")] == ["execute_tool add"]

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.ops.waiting import waiting_notices
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
-    from cellgate.gate.telemetry import CallSpan, Telemetry
+    from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
@@ -57,6 +57,7 @@ _FACE = {
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
+    "ModelTurn": "cellgate.gate.telemetry",
     "Pool": "cellgate.gate.session.pool",
     "PoolExhausted": "cellgate.gate._errors",
     "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
@@ -86,7 +87,7 @@ _FACE = {
 }
 
 __all__ = [
-    "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
+    "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "ModelTurn", "Pool",
     "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
     "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
     "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",

@@ -18,6 +18,7 @@ results already redacted and scrubbed of the session's secrets.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -35,6 +36,20 @@ class TelemetrySection(Protocol):
     def wanted(self) -> bool:
         """Whether the observer should run (read at session start: the file, then the environment)."""
         ...
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """One request to a model and its answer, as an agent loop tells it (times: ``time.time_ns()``)."""
+
+    provider: str  # e.g. "anthropic"
+    model: str  # the model requested
+    started_ns: int
+    ended_ns: int
+    response_model: str | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)  # input_tokens, output_tokens, ...
+    finish_reason: str | None = None
+    error_type: str | None = None  # the failure's class name, when the request failed
 
 
 class CallSpan:
@@ -72,6 +87,9 @@ class Telemetry:
         """A call the dispatcher admitted, attributed to ``cell``."""
         return NO_CALL
 
+    def model_turn(self, turn: ModelTurn) -> None:
+        """An agent loop's model turn ended (called by the loop, e.g. ``cellgate run``)."""
+
     def sandbox_started(self, start: Mapping[str, Any]) -> None:
         """A sandbox started (``start``: the sandbox's ``start`` description: snapshot or cold)."""
 
@@ -98,5 +116,5 @@ def load_telemetry(settings: object, metadata: Mapping[str, Any]) -> Telemetry:
     return NO_TELEMETRY
 
 
-__all__ = ["NO_CALL", "NO_TELEMETRY", "TELEMETRY_GROUP", "CallSpan", "Telemetry", "TelemetrySection",
+__all__ = ["NO_CALL", "NO_TELEMETRY", "TELEMETRY_GROUP", "CallSpan", "ModelTurn", "Telemetry", "TelemetrySection",
            "load_telemetry"]

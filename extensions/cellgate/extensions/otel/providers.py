@@ -34,6 +34,7 @@ class Instruments:
     cells: Any  # counter by status and kind
     sandbox_starts: Any  # counter by kind: snapshot or cold
     approval_wait: Any  # histogram, s
+    token_usage: Any  # histogram, {token}, by gen_ai.token.type
 
 
 def _install(settings: OtelSettings) -> None:
@@ -78,6 +79,8 @@ def tracer_and_instruments(settings: OtelSettings) -> tuple[trace.Tracer, Instru
                                             description="Sandboxes started, by kind: snapshot or cold"),
         approval_wait=meter.create_histogram("cellgate.approval.wait", unit="s",
                                              description="Time a call waited for a person's answer"),
+        token_usage=meter.create_histogram("gen_ai.client.token.usage", unit="{token}",
+                                           description="Tokens of the agent loop's model turns"),
     )
 
 

@@ -26,7 +26,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from cellgate.gate import CallRecord, CallSpan, Settings, Telemetry
+from cellgate.gate import CallRecord, CallSpan, ModelTurn, Settings, Telemetry
 
 from . import providers
 from .config import OtelSettings
@@ -171,6 +171,28 @@ class OtelTelemetry(Telemetry):
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "function", "cellgate.call.origin": origin})
         return OtelCall(span, self.instruments, self.capture, origin)
+
+    def model_turn(self, turn: ModelTurn) -> None:
+        """A ``chat {model}`` span under the session's, with the turn's token usage."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": turn.provider, "gen_ai.request.model": turn.model,
+            **({"gen_ai.response.model": turn.response_model} if turn.response_model else {}),
+            **({"gen_ai.response.finish_reasons": [turn.finish_reason]} if turn.finish_reason else {}),
+            **{f"gen_ai.usage.{key}": int(value) for key, value in turn.usage.items()
+               if key in ("input_tokens", "output_tokens")},
+        }
+        span = self.tracer.start_span(f"chat {turn.model}", context=self._under_session, kind=SpanKind.CLIENT,
+                                      start_time=turn.started_ns, attributes=attributes)
+        if turn.error_type:
+            span.set_attribute("error.type", turn.error_type)
+            span.set_status(Status(StatusCode.ERROR, turn.error_type))
+        span.end(end_time=turn.ended_ns)
+        common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": turn.provider,
+                  "gen_ai.request.model": turn.model}
+        for kind in ("input", "output"):
+            if f"{kind}_tokens" in turn.usage:
+                self.instruments.token_usage.record(int(turn.usage[f"{kind}_tokens"]),
+                                                    {**common, "gen_ai.token.type": kind})
 
     def sandbox_started(self, start: Mapping[str, Any]) -> None:
         kind = "snapshot" if "snapshot" in start else "cold" if "cold" in start else "unknown"
