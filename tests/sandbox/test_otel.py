@@ -176,6 +176,8 @@ def test_metrics_count_calls_cells_and_sandbox_starts(run) -> None:
     assert durations["create_task"] == 312 and durations["list_orders"] == 1
     cells = {p.attributes["cellgate.cell.status"]: p.value for p in points["cellgate.cells"]}
     assert cells == {"ok": 3, "error": 1}
+    (waiting,) = points["cellgate.approvals.waiting"]  # the denied call waited (+1), then was answered (-1)
+    assert waiting.attributes == {"gen_ai.tool.name": "create_task"} and waiting.value == 0
     (start,) = points["cellgate.sandbox.starts"]
     assert start.value == 1 and start.attributes["cellgate.sandbox.start"] in ("snapshot", "cold")
 

@@ -87,6 +87,9 @@ class Telemetry:
         """A call the dispatcher admitted, attributed to ``cell``."""
         return NO_CALL
 
+    def approvals_waiting(self, tool: str, change: int) -> None:
+        """A call of ``tool`` starts (+1) or stops (-1) waiting for a person's answer (called by the dispatcher)."""
+
     def model_turn(self, turn: ModelTurn) -> None:
         """An agent loop's model turn ended (called by the loop, e.g. ``cellgate run``)."""
 

@@ -34,6 +34,7 @@ class Instruments:
     cells: Any  # counter by status and kind
     sandbox_starts: Any  # counter by kind: snapshot or cold
     approval_wait: Any  # histogram, s
+    approvals_waiting: Any  # up-down counter by tool
     token_usage: Any  # histogram, {token}, by gen_ai.token.type
 
 
@@ -79,6 +80,8 @@ def tracer_and_instruments(settings: OtelSettings) -> tuple[trace.Tracer, Instru
                                             description="Sandboxes started, by kind: snapshot or cold"),
         approval_wait=meter.create_histogram("cellgate.approval.wait", unit="s",
                                              description="Time a call waited for a person's answer"),
+        approvals_waiting=meter.create_up_down_counter("cellgate.approvals.waiting", unit="{call}",
+                                                       description="Calls waiting for a person's answer now"),
         token_usage=meter.create_histogram("gen_ai.client.token.usage", unit="{token}",
                                            description="Tokens of the agent loop's model turns"),
     )

@@ -172,6 +172,9 @@ class OtelTelemetry(Telemetry):
             "gen_ai.tool.type": "function", "cellgate.call.origin": origin})
         return OtelCall(span, self.instruments, self.capture, origin)
 
+    def approvals_waiting(self, tool: str, change: int) -> None:
+        self.instruments.approvals_waiting.add(change, {"gen_ai.tool.name": tool})
+
     def model_turn(self, turn: ModelTurn) -> None:
         """A ``chat {model}`` span under the session's, with the turn's token usage."""
         attributes: dict[str, Any] = {

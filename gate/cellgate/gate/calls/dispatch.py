@@ -278,8 +278,12 @@ class Dispatcher:
             raise CallFailed(kind, message)
         self.counters.record(call, self.policy, time.monotonic(), scope.counts)
         if verdict.decision == "approve":
-            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
-                                     self.principal)
+            self.telemetry.approvals_waiting(tool.name, 1)
+            try:
+                await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
+                                         self.principal)
+            finally:
+                self.telemetry.approvals_waiting(tool.name, -1)
         else:
             record.decision = "allow"
         idempotency_key = f"{self.session_id}/{scope.msg_id}/{record.seq}"
