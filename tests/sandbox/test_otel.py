@@ -29,6 +29,8 @@ from cellgate.gate.testing import BlockingSession
 KEY = "sk-live-0123456789abcdef"
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
+SENDER_TRACE = "5ce0e9a56015fec5aadfa328ae398115"
+SENDER = f"00-{SENDER_TRACE}-ab3e8c7b4b2d9a10-01"  # an MCP request's trace, say, for one cell
 
 
 def config(folder: Path) -> Path:
@@ -69,6 +71,7 @@ def run(telemetry, runsc, tmp_path_factory) -> dict[str, Any]:
             "secrets": box.execute(f"print(tools.fetch_invoice('inv-1', {KEY!r}))\n"
                                    "print(tools.issue_token('ada')['token'])"),
             "traced": box.execute("print(tools.outgoing_traceparent())"),
+            "sender": box._run(box.session.execute("print(tools.outgoing_traceparent())", None, SENDER)),
         }
         journal = box.session.notebook_path.with_name("run.journal.jsonl")
     finally:
@@ -153,11 +156,24 @@ def test_the_tool_runs_in_its_calls_span_so_its_clients_continue_the_trace(run) 
     assert sent == f"00-{CALLER_TRACE}-{trace.format_span_id(span.context.span_id)}-01"
 
 
+def test_a_cell_continues_the_trace_of_the_request_that_sent_it_linked_to_the_session(run) -> None:
+    cell = cell_span(run, "sender")
+    (session,) = [s for s in run["spans"] if s.name == "cellgate session"]
+    assert trace.format_trace_id(cell.context.trace_id) == SENDER_TRACE
+    assert trace.format_span_id(cell.parent.span_id) == "ab3e8c7b4b2d9a10"
+    assert [link.context.span_id for link in cell.links] == [session.context.span_id]
+    (call,) = children(run, cell)
+    sent = run["results"]["sender"].stdout.strip()
+    assert sent == f"00-{SENDER_TRACE}-{trace.format_span_id(call.context.span_id)}-01"
+
+
 def test_the_journal_records_each_cells_and_calls_trace(run) -> None:
     started = [r for r in run["journal"] if r["event"] == "cell-started"]
-    assert len(started) == 4 and all(r["trace"]["trace_id"] == CALLER_TRACE for r in started)
+    assert [r["trace"]["trace_id"] for r in started] == [CALLER_TRACE] * 4 + [SENDER_TRACE]
     finished = [r["call"] for r in run["journal"] if r["event"] == "call-finished"]
-    assert len(finished) == 313 + 1 + 2 + 1 and all(c["trace"]["trace_id"] == CALLER_TRACE for c in finished)
+    assert [c["trace"]["trace_id"] for c in finished] == [CALLER_TRACE] * (313 + 1 + 2 + 1) + [SENDER_TRACE]
+    sent = [r for r in run["journal"] if r["event"] == "cell-sent"]
+    assert [r.get("traceparent") for r in sent] == [None] * 4 + [SENDER]
     ended = [r for r in run["journal"] if r["event"] == "cell-ended"]
     assert cell_span(run, "northwind").attributes["cellgate.journal.seq"] == ended[0]["seq"]
 
@@ -175,7 +191,7 @@ def test_metrics_count_calls_cells_and_sandbox_starts(run) -> None:
                  if "error.type" not in p.attributes}
     assert durations["create_task"] == 312 and durations["list_orders"] == 1
     cells = {p.attributes["cellgate.cell.status"]: p.value for p in points["cellgate.cells"]}
-    assert cells == {"ok": 3, "error": 1}
+    assert cells == {"ok": 4, "error": 1}
     (waiting,) = points["cellgate.approvals.waiting"]  # the denied call waited (+1), then was answered (-1)
     assert waiting.attributes == {"gen_ai.tool.name": "create_task"} and waiting.value == 0
     (start,) = points["cellgate.sandbox.starts"]

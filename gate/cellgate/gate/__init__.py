@@ -87,9 +87,10 @@ _FACE = {
 }
 
 __all__ = [
-    "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "ModelTurn", "Pool",
-    "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
-    "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
+    "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun",
+    "KernelDied", "ModelTurn", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError",
+    "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable", "StrictModel",
+    "Telemetry", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
     "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
     "waiting_notices",
 ]

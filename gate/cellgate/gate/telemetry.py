@@ -17,6 +17,7 @@ results already redacted and scrubbed of the session's secrets.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -26,6 +27,8 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.record import CallRecord
 
 TELEMETRY_GROUP = "cellgate.telemetry"
+# W3C Trace Context, version 00: version-trace_id-parent_id-flags (lowercase hex, ids not all zeros).
+TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -75,9 +78,11 @@ class Telemetry:
     """Told what a session does; this one does nothing. Methods are called from the session's relay thread
     (and ``session_ended`` from whichever thread ends the record); none may raise."""
 
-    def cell_started(self, cell: object, source: str, kind: str) -> dict[str, str] | None:
+    def cell_started(self, cell: object, source: str, kind: str,
+                     traceparent: str | None = None) -> dict[str, str] | None:
         """A cell (``cell``: the recorder's record, the key for the other calls) started; the trace and
-        span id the journal records with it, or None."""
+        span id the journal records with it, or None. ``traceparent``: the trace of the request that sent the cell
+        (checked against ``TRACEPARENT``), if it named one."""
         return None
 
     def cell_ended(self, cell: object, status: str, limits_hit: list[str], journal_seq: int) -> None:
@@ -103,6 +108,10 @@ class Telemetry:
 NO_TELEMETRY = Telemetry()
 
 
+def is_traceparent(value: object) -> bool:
+    return isinstance(value, str) and TRACEPARENT.match(value) is not None
+
+
 def load_telemetry(settings: object, metadata: Mapping[str, Any]) -> Telemetry:
     """The observer the settings (or the environment) ask for; ``NO_TELEMETRY`` when none does."""
     for entry in sorted(entry_points(group=TELEMETRY_GROUP), key=lambda e: e.name):
@@ -119,5 +128,5 @@ def load_telemetry(settings: object, metadata: Mapping[str, Any]) -> Telemetry:
     return NO_TELEMETRY
 
 
-__all__ = ["NO_CALL", "NO_TELEMETRY", "TELEMETRY_GROUP", "CallSpan", "ModelTurn", "Telemetry", "TelemetrySection",
-           "load_telemetry"]
+__all__ = ["NO_CALL", "NO_TELEMETRY", "TELEMETRY_GROUP", "TRACEPARENT", "CallSpan", "ModelTurn", "Telemetry",
+           "TelemetrySection", "is_traceparent", "load_telemetry"]

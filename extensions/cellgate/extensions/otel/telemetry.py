@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from opentelemetry import context, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from cellgate.gate import CallRecord, CallSpan, ModelTurn, Settings, Telemetry
@@ -126,9 +126,11 @@ class OtelTelemetry(Telemetry):
     def __init__(self, settings: OtelSettings, metadata: Mapping[str, Any]) -> None:
         self.capture = settings.capture_content
         self.tracer, self.instruments = providers.tracer_and_instruments(settings)
+        self._propagator = TraceContextTextMapPropagator()
         carrier = metadata.get("traceparent") or os.environ.get("TRACEPARENT")
-        parent = TraceContextTextMapPropagator().extract({"traceparent": str(carrier)}) if carrier else None
-        sandbox, policy = (found if isinstance(found := metadata.get(key), dict) else {} for key in ("sandbox", "policy"))
+        parent = self._propagator.extract({"traceparent": str(carrier)}) if carrier else None
+        sandbox, policy = (found if isinstance(found := metadata.get(key), dict) else {}
+                           for key in ("sandbox", "policy"))
         attributes = {
             "cellgate.session.id": str(metadata.get("session_id", "")),
             "cellgate.sandbox.isolation": str(sandbox.get("isolation", "")),
@@ -142,9 +144,17 @@ class OtelTelemetry(Telemetry):
         self._cells: dict[int, tuple[object, Span, str]] = {}  # by id() of the recorder's cell (kept alive here)
         self._lock = threading.Lock()
 
-    def cell_started(self, cell: object, source: str, kind: str) -> dict[str, str] | None:
-        span = self.tracer.start_span(f"cell {kind}", context=self._under_session, attributes={
-            "cellgate.cell.kind": kind, "cellgate.cell.sha256": hashlib.sha256(source.encode()).hexdigest()})
+    def cell_started(self, cell: object, source: str, kind: str,
+                     traceparent: str | None = None) -> dict[str, str] | None:
+        """Under the session's span; a cell its sender traced (an MCP request, ``Session.execute(traceparent=)``)
+        continues the sender's trace instead, linked to the session's span."""
+        attributes = {"cellgate.cell.kind": kind, "cellgate.cell.sha256": hashlib.sha256(source.encode()).hexdigest()}
+        if traceparent:
+            sender = self._propagator.extract({"traceparent": traceparent})
+            span = self.tracer.start_span(f"cell {kind}", context=sender, attributes=attributes,
+                                          links=[Link(self.session.get_span_context())])
+        else:
+            span = self.tracer.start_span(f"cell {kind}", context=self._under_session, attributes=attributes)
         with self._lock:
             self._cells[id(cell)] = (cell, span, kind)
         return ids(span)

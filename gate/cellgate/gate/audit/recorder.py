@@ -77,17 +77,20 @@ class Recorder:
 
     # -- what the relay reports
     def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code",
-                  subshell: str | None = None) -> CellRecord:
-        """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell)."""
+                  subshell: str | None = None, traceparent: str | None = None) -> CellRecord:
+        """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell;
+        ``traceparent``: the trace of the request that sent it, checked)."""
         extra: dict[str, Any] = {"kind": kind} if kind != "code" else {}
         if subshell is not None:
             extra["subshell"] = subshell
+        if traceparent is not None:
+            extra["traceparent"] = traceparent
         cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent, **extra)
         assert cell is not None
         return cell
 
     def cell_started(self, cell: CellRecord) -> None:
-        trace = self.telemetry.cell_started(cell, cell.source, cell.kind)
+        trace = self.telemetry.cell_started(cell, cell.source, cell.kind, cell.traceparent)
         extra: dict[str, Any] = {"trace": trace} if trace else {}
         self._write("cell-started", msg_id=cell.msg_id, **extra)
 

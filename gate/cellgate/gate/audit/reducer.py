@@ -78,10 +78,11 @@ class Reducer:
                                       {"kind": "kernel-restarted", "reason": record.get("reason"),
                                        "variables_gone": record.get("variables_gone")})
         if event == "cell-sent":
-            subshell = record.get("subshell")
+            subshell, traceparent = record.get("subshell"), record.get("traceparent")
             return self._new_cell(record["msg_id"], record["source"], record["time"],
                                   silent=bool(record.get("silent")), kind=record.get("kind", "code"),
-                                  subshell=str(subshell)[:64] if subshell is not None else None)
+                                  subshell=str(subshell)[:64] if subshell is not None else None,
+                                  traceparent=traceparent if isinstance(traceparent, str) else None)
         if event not in CELL_EVENTS:
             extension = events.renderer(event)
             if extension is not None:
