@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_TOOLS, cellgate
+from conftest import CELLGATE, SAMPLE_TOOLS, cellgate
 from otlp_receiver import otlp_receiver
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -71,3 +71,39 @@ def test_show_and_report_print_the_trace_id(exported) -> None:
 def test_the_traced_record_verifies(exported) -> None:
     done = cellgate("verify", str(exported["notebook"]))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_cell_run_for_an_mcp_request_continues_the_requests_trace(runsc, tmp_path: Path) -> None:
+    """The official MCP client sends its trace in the request's _meta (SEP-414); `cellgate mcp serve`, traced by
+    the OTEL_* variables alone, runs the cell in that trace."""
+    import asyncio
+    import os
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    request_trace = "1f2e3d4c5b6a79881f2e3d4c5b6a7988"
+    caller = NonRecordingSpan(SpanContext(int(request_trace, 16), 0x1122334455667788, is_remote=True,
+                                          trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+    with otlp_receiver() as (endpoint, received):
+        server = StdioServerParameters(
+            command=CELLGATE[0], args=[*CELLGATE[1:], "mcp", "serve", "--tools", str(SAMPLE_TOOLS)], cwd=str(tmp_path),
+            env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "CELLGATE_CONFIG": ""})
+
+        async def scenario() -> str:
+            async with Client(server) as client:
+                with trace.use_span(caller):
+                    result = await client.call_tool("execute_python", {"code": "print(tools.echo('traced'))"})
+                # Closed by request: the session's end flushes its spans (a stdio server is not waited for).
+                await client.call_tool("close_session", {"session": result.structured_content["session"]})
+            return "".join(block.text for block in result.content if block.type == "text")
+
+        assert asyncio.run(scenario()).strip() == "traced"
+    cells = [span for _, span in received.spans() if span.name == "cell code"]
+    assert len(cells) == 1 and cells[0].trace_id.hex() == request_trace
+    (session,) = [span for _, span in received.spans() if span.name == "cellgate session"]
+    assert [link.span_id for link in cells[0].links] == [session.span_id]
+    (call,) = [span for _, span in received.spans() if span.name == "execute_tool echo"]
+    assert call.trace_id.hex() == request_trace and call.parent_span_id == cells[0].span_id
