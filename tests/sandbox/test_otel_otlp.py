@@ -1,14 +1,20 @@
-"""End to end: `cellgate exec` configured only by the standard OTEL_* variables exports its traces and metrics
-over OTLP/HTTP (protobuf) to a local receiver, continuing the caller's trace (TRACEPARENT); `cellgate show`
-and `report` print the trace id."""
+"""End to end: `cellgate exec` and `cellgate mcp serve`, configured only by the standard OTEL_* variables, export
+their traces and metrics over OTLP/HTTP (protobuf) to a local receiver, continuing the caller's trace (TRACEPARENT,
+an MCP request's _meta); `cellgate show` and `report` print the trace id."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 from conftest import CELLGATE, SAMPLE_TOOLS, cellgate
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from otlp_receiver import otlp_receiver
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -76,14 +82,6 @@ def test_the_traced_record_verifies(exported) -> None:
 def test_a_cell_run_for_an_mcp_request_continues_the_requests_trace(runsc, tmp_path: Path) -> None:
     """The official MCP client sends its trace in the request's _meta (SEP-414); `cellgate mcp serve`, traced by
     the OTEL_* variables alone, runs the cell in that trace."""
-    import asyncio
-    import os
-
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
     request_trace = "1f2e3d4c5b6a79881f2e3d4c5b6a7988"
     caller = NonRecordingSpan(SpanContext(int(request_trace, 16), 0x1122334455667788, is_remote=True,
                                           trace_flags=TraceFlags(TraceFlags.SAMPLED)))
