@@ -97,7 +97,8 @@ class Reducer:
     def _apply_to_cell(self, cell: CellRecord, event: str, record: dict[str, Any]) -> None:
         if event == "cell-started":
             cell.started = record["time"]
-            cell.trace = record.get("trace")
+            trace = record.get("trace")  # a journal is read back as untrusted input: kept only as a mapping
+            cell.trace = {str(k): str(v)[:64] for k, v in list(trace.items())[:4]} if isinstance(trace, dict) else None
         elif event == "output":  # the journal keeps the kernel's output; cells hold what a frontend may see
             cell.add_output(sanitize_output(record["output"], self.trusted_mime))
         elif event == "execute-input":
