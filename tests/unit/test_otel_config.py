@@ -6,6 +6,8 @@ tested in tests/sandbox/test_otel.py and test_otel_otlp.py.
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from cellgate.gate import Session
 from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate.config import load_settings
-from cellgate.gate.telemetry import NO_TELEMETRY, load_telemetry
+from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry, load_telemetry
 
 OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                   "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
@@ -72,3 +74,16 @@ def test_a_traceparent_is_recorded_in_the_sessions_metadata() -> None:
     value = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     session = Session(traceparent=value, metadata={"ticket": "T-1"})
     assert dict(session.launch_options.metadata) == {"ticket": "T-1", "traceparent": value}
+
+
+def test_without_opentelemetry_an_explicit_ask_is_an_error_and_the_environment_only_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if the [otel] extra were not installed
+    with pytest.raises(ConfigError, match=r"\[otel\] enabled = true, but OpenTelemetry is not installed .*"
+                                          r"pip install 'cellgate\[otel\]'"):
+        load_telemetry(settings(tmp_path, "[otel]\nenabled = true\n"), {})
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    with caplog.at_level(logging.WARNING, logger="cellgate"):
+        observer = load_telemetry(settings(tmp_path), {})
+    assert type(observer) is Telemetry
+    assert "the OTEL_* environment asks for tracing, but OpenTelemetry is not installed" in caplog.text

@@ -26,7 +26,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from cellgate.gate import CallRecord, CallSpan, ModelTurn, Settings, Telemetry
+from cellgate.gate import CallRecord, CallSpan, ModelTurn, Telemetry
 
 from . import providers
 from .config import OtelSettings
@@ -220,8 +220,3 @@ class OtelTelemetry(Telemetry):
             span.end()
         self.session.end()
         providers.flush()
-
-
-def start(settings: Settings, metadata: Mapping[str, Any]) -> OtelTelemetry:
-    """The ``cellgate.telemetry`` entry point ``otel``."""
-    return OtelTelemetry(settings.section("otel", OtelSettings), metadata)
