@@ -177,6 +177,34 @@ async def calls_and_memory(folder: Path, calls: int) -> dict[str, list[float]]:
     return out
 
 
+async def tracing_off_and_on(folder: Path, calls: int, rounds: int) -> dict[str, list[float]]:
+    """The same blocking gated call in two sandboxed sessions, untraced and traced (OpenTelemetry's SDK, spans
+    batched to an in-memory exporter and metrics to an in-memory reader: cellgate's own cost, not a network's)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    tools = folder / "echo_tools.py"
+    tools.write_text(ECHO_TOOLS)
+    out: dict[str, list[float]] = {"off": [], "on": []}
+    for mode in ("off", "on") * rounds:  # interleaved: the machine's drift falls on both
+        config = folder / f"tracing-{mode}.toml"
+        config.write_text(f"[otel]\nenabled = {'true' if mode == 'on' else 'false'}\n")
+        async with Session(config=config, tools=[tools], notebook=folder / f"tracing-{mode}.ipynb",
+                           cwd=folder) as session:
+            result = await session.execute(SEQUENTIAL_CALLS.format(calls=calls))
+            out[mode] += [float(x) for x in result.stdout.split()]
+    provider.shutdown()
+    return out
+
+
 class UnsyncedJournal(Journal):
     """The journal file without its fsyncs: shows what the write-ahead intent fsync costs."""
 
@@ -352,7 +380,8 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
-SECTIONS = ("starts", "trips", "calls", "pool", "northwind", "long", "concurrent", "imports", "cli", "frontend")
+SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
+            "frontend")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -385,6 +414,12 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
             row("blocking gated call, without gVisor (dev only)", cg["call_unsandboxed"]),
             row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
             row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
+        ]
+    if "tracing" in args.only:
+        traced = await tracing_off_and_on(folder, calls, 1 if args.quick else 3)
+        rows += [
+            row("blocking gated call, tracing off", traced["off"]),
+            row("blocking gated call, tracing on (OpenTelemetry)", traced["on"], baseline=traced["off"]),
         ]
     if "northwind" in args.only:
         nw = await northwind(folder, args.rounds or (3 if args.quick else 7))

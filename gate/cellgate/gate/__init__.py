@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.approval_queue import pending_request as pending_approval
     from cellgate.gate.calls.approval_queue import pending_requests as pending_approvals
     from cellgate.gate.calls.dispatch import Secret
+    from cellgate.gate.calls.record import CallRecord
     from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function
     from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources
@@ -52,16 +53,20 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
+    from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
     "ArtifactError": "cellgate.gate.audit.artifacts",
+    "CallRecord": "cellgate.gate.calls.record",
+    "CallSpan": "cellgate.gate.telemetry",
     "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
     "CellgateError": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
+    "ModelTurn": "cellgate.gate.telemetry",
     "Pool": "cellgate.gate.session.pool",
     "PoolExhausted": "cellgate.gate._errors",
     "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
@@ -72,6 +77,7 @@ _FACE = {
     "Session": "cellgate.gate.session.session",
     "SessionError": "cellgate.gate._errors",
     "Settings": "cellgate.gate.config",
+    "Telemetry": "cellgate.gate.telemetry",
     "SourceUnavailable": "cellgate.gate._errors",
     "StrictModel": "cellgate.gate._model",
     "Tool": "cellgate.gate.calls.registry",
@@ -96,12 +102,13 @@ _FACE = {
 }
 
 __all__ = [
-    "ArtifactError", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied",
-    "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret",
-    "Session", "SessionError", "Settings", "SourceUnavailable", "StrictModel", "Tool", "ToolRegistry", "ToolSource",
-    "answer_approval", "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings",
-    "open_sources", "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_owner_alive",
-    "stub_signature", "tool_from_function", "trim", "verify_run", "waiting_notices",
+    "ArtifactError", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError",
+    "JournalEventRun", "KernelDied", "ModelTurn", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder",
+    "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
+    "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval", "blob_text",
+    "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources", "pending_approval",
+    "pending_approvals", "reveal_for_terminal", "sandbox_owner_alive", "stub_signature", "tool_from_function",
+    "trim", "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import anthropic
 
-from cellgate.gate import Session
+from cellgate.gate import ModelTurn, Session
 
 from . import events
 from .config import AgentSettings
@@ -93,11 +94,19 @@ class AgentLoop:
         try:
             for turn in range(1, self.settings.max_turns + 1):
                 self.progress(f"turn {turn}: the model is thinking")
-                response = await self._until(self.client.messages.create(
-                    model=self.settings.model, max_tokens=self.settings.max_tokens, system=self.system,
-                    tools=self.tools, messages=messages), stop)  # type: ignore[arg-type]
+                started = time.time_ns()
+                try:
+                    response = await self._until(self.client.messages.create(
+                        model=self.settings.model, max_tokens=self.settings.max_tokens, system=self.system,
+                        tools=self.tools, messages=messages), stop)  # type: ignore[arg-type]
+                except anthropic.APIError as exc:
+                    recorder.telemetry.model_turn(ModelTurn("anthropic", self.settings.model, started, time.time_ns(),
+                                                            error_type=type(exc).__name__))
+                    raise
                 run.turns, run.requests = turn, run.requests + 1
                 usage = _usage(response)
+                recorder.telemetry.model_turn(ModelTurn("anthropic", self.settings.model, started, time.time_ns(),
+                                                        response.model, usage, response.stop_reason))
                 for key, value in usage.items():
                     run.usage[key] = run.usage.get(key, 0) + value
                 said = "\n\n".join(b.text for b in response.content if b.type == "text")

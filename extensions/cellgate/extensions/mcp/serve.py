@@ -29,6 +29,7 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from opentelemetry import propagate
 
 from cellgate.gate import (
     ConfigError,
@@ -99,8 +100,10 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
             session: The handle a previous call returned, to keep its variables; omit it to start a session.
         """
         handle, entry = await sessions.admit(session, current_principal())
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)  # the request's trace (the MCP SDK continues a client's _meta traceparent)
         async with entry.lock:
-            result = await entry.session.execute(code)
+            result = await entry.session.execute(code, traceparent=carrier.get("traceparent"))
         structured = {"session": handle, "status": result.status, "calls": len(result.calls),
                       "notebook": f"cellgate://sessions/{handle}/notebook"}
         return CallToolResult(content=[TextContent(type="text", text=cell_text(result))],

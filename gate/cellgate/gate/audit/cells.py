@@ -40,6 +40,8 @@ class CellRecord:
     extra: dict[str, Any] = field(default_factory=dict)  # markdown cells: what their metadata.cellgate says
     refusals_dropped: dict[str, Any] | None = None  # refused calls past the cell's budget, summarised
     subshell: str | None = None  # the kernel subshell it ran on (None: the main shell)
+    trace: dict[str, str] | None = None  # its trace and span id, when the session's observer traced it
+    traceparent: str | None = None  # the trace of the request that sent it (execute_request metadata), if any
 
     def add_output(self, output: dict[str, Any]) -> None:
         if output.get("output_type") == "clear_output":

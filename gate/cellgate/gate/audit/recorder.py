@@ -28,6 +28,7 @@ from cellgate.gate.audit.recover import rebuild
 from cellgate.gate.audit.reducer import Reducer
 from cellgate.gate.audit.render import NotebookText
 from cellgate.gate.calls.dispatch import CallRecord
+from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 
 INLINE_RESULT_BYTES = 2048
 # Written with an fsync of their own: the kernel's fate and the session's end.
@@ -53,6 +54,8 @@ class Recorder:
         self._lock = threading.RLock()
         # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
         self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
+        # Set by the session to its observer (``cellgate.gate.telemetry``): told of cells as they start and end.
+        self.telemetry: Telemetry = NO_TELEMETRY
         if resumed:  # a record continued by a new host process (``audit.resume``): its records so far, no new start
             for record in resumed:
                 self.reducer.apply(record)
@@ -74,17 +77,22 @@ class Recorder:
 
     # -- what the relay reports
     def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code",
-                  subshell: str | None = None) -> CellRecord:
-        """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell)."""
+                  subshell: str | None = None, traceparent: str | None = None) -> CellRecord:
+        """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell;
+        ``traceparent``: the trace of the request that sent it, checked)."""
         extra: dict[str, Any] = {"kind": kind} if kind != "code" else {}
         if subshell is not None:
             extra["subshell"] = subshell
+        if traceparent is not None:
+            extra["traceparent"] = traceparent
         cell = self._write("cell-sent", sync=True, msg_id=msg_id, source=source, silent=silent, **extra)
         assert cell is not None
         return cell
 
     def cell_started(self, cell: CellRecord) -> None:
-        self._write("cell-started", msg_id=cell.msg_id)
+        trace = self.telemetry.cell_started(cell, cell.source, cell.kind, cell.traceparent)
+        extra: dict[str, Any] = {"trace": trace} if trace else {}
+        self._write("cell-started", msg_id=cell.msg_id, **extra)
 
     def output(self, cell: CellRecord, output: dict[str, Any]) -> None:
         """One output (an nbformat output dict, see ``output_dict``)."""
@@ -141,11 +149,18 @@ class Recorder:
                    error: dict[str, str] | None) -> None:
         self._write("cell-ended", sync=True, msg_id=cell.msg_id, status=status, limits_hit=limits_hit,
                     error=error, execution_count=cell.execution_count)
+        self.telemetry.cell_ended(cell, status, limits_hit, self.journal.seq)
         self.write_notebook()
 
     def kernel_restarted(self, reason: str, variables_gone: list[str] | None) -> None:
         self._write("kernel-restarted", sync=True, reason=reason, variables_gone=variables_gone)
         self.write_notebook()
+
+    def kernel_attached(self, sandbox: dict[str, Any]) -> None:
+        """A sandbox started and its kernel is connected (``sandbox``: its description)."""
+        self.event("kernel-attached", sandbox=sandbox)
+        start = sandbox.get("start")
+        self.telemetry.sandbox_started(start if isinstance(start, dict) else {})
 
     def late_output(self, cell: CellRecord, output: dict[str, Any]) -> None:
         """Output that work a cell started printed after the cell ended (journal only: the caller
@@ -177,6 +192,8 @@ class Recorder:
             self.event("session-ended")
         except JournalError:
             pass
+        finally:
+            self.telemetry.session_ended()
         try:
             self.write_notebook()
             nbformat.validate(nbformat.reads(self.notebook_path.read_text(encoding="utf-8"), as_version=4))

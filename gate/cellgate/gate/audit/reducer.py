@@ -78,10 +78,11 @@ class Reducer:
                                       {"kind": "kernel-restarted", "reason": record.get("reason"),
                                        "variables_gone": record.get("variables_gone")})
         if event == "cell-sent":
-            subshell = record.get("subshell")
+            subshell, traceparent = record.get("subshell"), record.get("traceparent")
             return self._new_cell(record["msg_id"], record["source"], record["time"],
                                   silent=bool(record.get("silent")), kind=record.get("kind", "code"),
-                                  subshell=str(subshell)[:64] if subshell is not None else None)
+                                  subshell=str(subshell)[:64] if subshell is not None else None,
+                                  traceparent=traceparent if isinstance(traceparent, str) else None)
         if event not in CELL_EVENTS:
             extension = events.renderer(event)
             if extension is not None:
@@ -96,6 +97,8 @@ class Reducer:
     def _apply_to_cell(self, cell: CellRecord, event: str, record: dict[str, Any]) -> None:
         if event == "cell-started":
             cell.started = record["time"]
+            trace = record.get("trace")  # a journal is read back as untrusted input: kept only as a mapping
+            cell.trace = {str(k): str(v)[:64] for k, v in list(trace.items())[:4]} if isinstance(trace, dict) else None
         elif event == "output":  # the journal keeps the kernel's output; cells hold what a frontend may see
             cell.add_output(sanitize_output(record["output"], self.trusted_mime))
         elif event == "execute-input":

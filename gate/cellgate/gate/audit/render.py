@@ -59,6 +59,8 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         meta["kind"] = "direct"
     if cell.subshell is not None:
         meta["subshell"] = cell.subshell
+    if cell.trace:
+        meta["trace"] = dict(cell.trace)
     if cell.refusals_dropped:
         meta["refusals_dropped"] = dict(cell.refusals_dropped)
     if cell.late_outputs:  # never merged into the outputs: flagged as what the cell's work printed after it

@@ -196,7 +196,8 @@ def _header(run: RunView, path: Path) -> str:
             ("totals", f"{len(run.cells)} cells ({failed} not ok), {len(run.calls)} gated calls"),
             ("markers", f"{len(run.restarts)} kernel restart(s), {memory} after the memory limit; "
                         f"{late_calls} late call(s); {late_outputs} late output(s)"),
-            ("journal", cs.as_dict(meta.get("journal")).get("file"))]
+            ("journal", cs.as_dict(meta.get("journal")).get("file")),
+            *([("trace", f"{run.trace_id} (OpenTelemetry)")] if run.trace_id else [])]
     return '<table class="meta">' + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows) \
         + "</table>"
 

@@ -10,12 +10,15 @@ only its place between two cells.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from cellgate.gate.audit.call_summary import as_dict, as_list, is_late, parse_time, text_of
+
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")  # W3C hex, as the journal records it
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,15 @@ class RunView:
             return None
         issuer = principal.get("issuer") if isinstance(principal, dict) else None
         return name + (f" ({issuer})" if isinstance(issuer, str) and issuer else "")
+
+    @property
+    def trace_id(self) -> str | None:
+        """The OpenTelemetry trace the session's cells were recorded in (their ``trace``), if it was traced."""
+        for cell in self.cells:
+            found = as_dict(cell.meta.get("trace")).get("trace_id")
+            if isinstance(found, str) and TRACE_ID.match(found):
+                return found
+        return None
 
     def cell(self, number: int) -> CellView:
         """Code cell ``number`` (1-based); ValueError naming the range when there is none."""

@@ -163,6 +163,8 @@ class _Printer:
                   f"{_field(sandbox.get('runsc_version', ''))} {_field(sandbox.get('platform', ''))}")
         if run.principal is not None:
             self.line(f"principal: {_field(run.principal, 300)}")
+        if run.trace_id is not None:
+            self.line(f"trace: {run.trace_id} (OpenTelemetry)")
         if run.meta.get("replay_of"):
             self.line(f"replay of {_field(cs.as_dict(run.meta['replay_of']).get('notebook'), 500)}")
         self.line(f"run: {cs.format_time(run.started)} to {cs.format_time(run.ended)} "

@@ -1,7 +1,8 @@
 """`cellgate show --json`: the facts of ``cellgate show`` for scripts, in a stable shape.
 
     {"format": "cellgate.show/1", "notebook": str,
-     "session": {"id", "principal", "sandbox": {"runtime", "runsc_version", "platform"}, "replay_of"},
+     "session": {"id", "principal", "sandbox": {"runtime", "runsc_version", "platform"}, "replay_of",
+                 "trace_id"},                 # the OpenTelemetry trace id, or null
      "run": {"started", "ended", "seconds"},            # the first cell's start, the last cell's end
      "totals": {"cells", "not_ok", "calls", "by_outcome": {outcome: n}, "by_decision": {decision: n},
                 "by_tool": [{"tool", "calls", "failed", "outcomes": {outcome: n}, "total_ms", "max_ms"}]},
@@ -101,7 +102,8 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
         "format": FORMAT, "notebook": cs.shorten(path.name, 300),
         "session": {"id": _string(run.meta.get("session_id"), 100), "principal": _string(run.principal, 300),
                     "sandbox": {k: _string(sandbox.get(k), 100) for k in ("runtime", "runsc_version", "platform")},
-                    "replay_of": _string(cs.as_dict(run.meta.get("replay_of")).get("notebook"), 500)},
+                    "replay_of": _string(cs.as_dict(run.meta.get("replay_of")).get("notebook"), 500),
+                    "trace_id": run.trace_id},
         "run": {"started": _when(run.started), "ended": _when(run.ended), "seconds": run.seconds},
         "totals": {
             "cells": len(run.cells), "not_ok": sum(c.status != "ok" for c in run.cells), "calls": len(all_calls),

@@ -27,6 +27,7 @@ tool on its own turn) both take the same two steps:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -49,6 +50,7 @@ from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
 from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, Tool, ToolRegistry, with_defaults
 from cellgate.gate.calls.scrubber import SecretScrubber
+from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 from cellgate.kernel.wire import ErrorKind
 
 __all__ = ["CallFailed", "CallLog", "CallRecord", "CallScope", "Dispatcher", "Outcome", "Refused", "Secret"]
@@ -149,6 +151,7 @@ class Dispatcher:
         self._limits: dict[str, asyncio.Semaphore] = {}
         # The secret values this session has seen; the recorder scrubs them from everything it writes.
         self.secrets = SecretScrubber()
+        self.telemetry: Telemetry = NO_TELEMETRY  # the session's observer (``cellgate.gate.telemetry``)
 
     def note_secret_args(self, tool: str, args: dict[str, Any]) -> None:
         """Remember the values of ``tool``'s secret arguments (before anything about the call is recorded)."""
@@ -210,6 +213,8 @@ class Dispatcher:
                                  for k, v in request.args.items()})
         record = CallRecord(seq=seq, id=request.id, tool=request.tool, args=shown_args, started=utcnow(),
                             args_sha256=args_digest(shown_args))
+        span = self.telemetry.call_started(scope.cell, request.tool, request.id, scope.origin)
+        record.trace = span.ids()
         secrets = [str(request.args[k]) for k in secret_names if k in request.args]
         record.thread = kept.scrub_text(redact(request.thread, secrets)) if request.thread is not None else None
         if request.line is not None:
@@ -219,10 +224,14 @@ class Dispatcher:
                 record.source_line = kept.scrub_text(lines[request.line - 1][:500])
         start = time.perf_counter()
         try:
-            plain, shown = await self._decide_and_run(request, record, scope, secrets)
+            # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
+            plain, shown = await span.inside(self._decide_and_run)(request, record, scope, secrets)
         except CallFailed as failure:
             record.error = kept.scrub({"kind": failure.kind, "message": redact(failure.message, secrets)})
             reply = CallReply(id=request.id, ok=False, error=record.error)
+        except BaseException:  # cancelled: the observer still ends the call's span
+            span.ended(record)
+            raise
         else:
             record.ok, record.result = True, kept.scrub(shown)
             text = canonical_json(plain)
@@ -234,6 +243,7 @@ class Dispatcher:
             reply = CallReply(id=request.id, ok=True, result=plain)
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool, scope.counts)
+        span.ended(record)
         return reply, record
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, scope: CallScope,
@@ -268,8 +278,12 @@ class Dispatcher:
             raise CallFailed(kind, message)
         self.counters.record(call, self.policy, time.monotonic(), scope.counts)
         if verdict.decision == "approve":
-            await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
-                                     self.principal)
+            self.telemetry.approvals_waiting(tool.name, 1)
+            try:
+                await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
+                                         self.principal)
+            finally:
+                self.telemetry.approvals_waiting(tool.name, -1)
         else:
             record.decision = "allow"
         idempotency_key = f"{self.session_id}/{scope.msg_id}/{record.seq}"
@@ -309,7 +323,8 @@ class Dispatcher:
                     return await tool.function(**args)
                 loop = asyncio.get_running_loop()
                 job = functools.partial(tool.function, **args)
-                return await loop.run_in_executor(self._executor, job)
+                # In the call's context, as asyncio.to_thread would (run_in_executor alone does not carry it).
+                return await loop.run_in_executor(self._executor, contextvars.copy_context().run, job)
         except TimeoutError:
             # A thread cannot be killed: the tool may still finish, but its
             # result is discarded and the cell is told it timed out.

@@ -57,6 +57,7 @@ class CallRecord:
     thread: str | None = None
     args_sha256: str = ""
     idempotency_key: str | None = None
+    trace: dict[str, str] | None = None  # the call's trace and span id, when a session's observer traces it
 
     def as_metadata(self, inline_limit: int) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -64,7 +65,7 @@ class CallRecord:
             "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
             "duration_ms": round(self.duration_ms, 3),
         }
-        for key in ("approval", "counters", "idempotency_key"):
+        for key in ("approval", "counters", "idempotency_key", "trace"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),

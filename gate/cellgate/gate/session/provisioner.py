@@ -42,6 +42,7 @@ from cellgate.gate.session.launch import (
     settings_for,
 )
 from cellgate.gate.session.relay import CellTimeouts, Relay
+from cellgate.gate.telemetry import load_telemetry
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ class GVisorProvisioner(LocalProvisioner):
         gate = options.gate_factory(registry, log=recorder, policy=settings.policy, approver=approver,
                                     session_id=session_id, call_timeout=box.call_timeout)
         recorder.scrub = gate.secrets.scrub_record  # secrets the gate sees never reach the journal
+        recorder.telemetry = gate.telemetry = load_telemetry(settings, metadata)
         service = Relay(
             dict(self.connection_info), gate, recorder,
             CellTimeouts(cell=box.cell_timeout, interrupt_grace=box.interrupt_grace),

@@ -233,7 +233,7 @@ class Relay:
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
         self.cells.ledger = OutputLedger(sandbox.ipc_path(OUTPUT_LOG))
-        self.recorder.event("kernel-attached", sandbox=sandbox.describe())
+        self.recorder.kernel_attached(sandbox.describe())
         if self.cells:
             self.cells.start_head()
 

@@ -42,6 +42,7 @@ from cellgate.gate.session.launch import (
     SandboxOverrides,
 )
 from cellgate.gate.session.provisioner import GVisorProvisioner
+from cellgate.gate.telemetry import is_traceparent
 
 # Evaluated by the kernel after each cell (a Jupyter user_expression), so that after a
 # restart the notebook can say which variables were lost. Kernel output: never trusted
@@ -51,6 +52,13 @@ NAMES_EXPRESSION = ("' '.join(sorted(n for n in globals() if n.isidentifier() an
                     "and n not in get_ipython().user_ns_hidden))")
 NOT_STARTED = "the session is not started; call start() or use `async with`"
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,99}$")
+
+
+def checked_traceparent(value: str) -> str:
+    if not is_traceparent(value):
+        raise SessionError(f"traceparent {value[:100]!r} is not a W3C traceparent (00-<32 hex trace id>-<16 hex "
+                           "parent id>-<2 hex flags>); pass the caller's header value unchanged, or None")
+    return value
 
 
 def variable_names(reply_content: dict[str, Any]) -> list[str] | None:
@@ -115,7 +123,9 @@ class Session:
     (``isolation``, ``memory_mb``, ...) say what it runs with; ``registry``,
     ``sources``, ``approver``, ``gate_factory``, ``recorder_factory`` and
     ``journal_factory`` replace the parts it is made of (tests, replay,
-    benchmarks; see ``LaunchOptions``).
+    benchmarks; see ``LaunchOptions``). ``traceparent`` (W3C Trace Context) is the caller's trace, which
+    the session's spans continue when an observer traces it (README, "Tracing"); it is recorded in the
+    session's metadata.
     """
 
     def __init__(
@@ -134,8 +144,11 @@ class Session:
         sources: Sequence[ToolSource] = (),
         recorder_factory: RecorderFactory = Recorder,
         journal_factory: JournalFactory = Journal,
+        traceparent: str | None = None,
         **sandbox: Unpack[SandboxOverrides],
     ) -> None:
+        if traceparent is not None:
+            metadata = {**(metadata or {}), "traceparent": checked_traceparent(traceparent)}
         self._options = LaunchOptions(
             settings=settings, config=str(config) if config else None, tools=tuple(str(t) for t in tools),
             notebook=Path(notebook) if notebook else None,
@@ -271,15 +284,23 @@ class Session:
         """Interrupt the running cell (as Ctrl-C in a notebook does); it ends ``interrupted``."""
         await asyncio.to_thread(self.provisioner.started.service.interrupt)
 
-    async def execute(self, code: str, timeout: float | None = None) -> CellResult:
-        """Run ``code`` as one cell; returns when the host has recorded its end."""
+    async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None) -> CellResult:
+        """Run ``code`` as one cell; returns when the host has recorded its end. ``traceparent``: the caller's
+        trace, which the cell's span continues when the session is traced (sent in the request's metadata)."""
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         started = self.provisioner.started
         service, box = started.service, started.settings.sandbox
         if self._client is None:
             raise SessionError(NOT_STARTED)
-        msg_id = self._client.execute(code, allow_stdin=False, user_expressions={NAMES: NAMES_EXPRESSION})
+        if traceparent is None:
+            msg_id = self._client.execute(code, allow_stdin=False, user_expressions={NAMES: NAMES_EXPRESSION})
+        else:  # as KernelClient.execute sends it, with the metadata it has no parameter for
+            msg = self._client.session.msg("execute_request", {
+                "code": code, "silent": False, "store_history": True, "user_expressions": {NAMES: NAMES_EXPRESSION},
+                "allow_stdin": False, "stop_on_error": True}, metadata={"traceparent": checked_traceparent(traceparent)})
+            self._client.shell_channel.send(msg)
+            msg_id = msg["header"]["msg_id"]
         future = service.result_future(msg_id)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
         try:

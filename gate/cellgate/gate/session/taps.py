@@ -41,6 +41,7 @@ from cellgate.gate.session.events import RelayEvents, Tasks
 from cellgate.gate.session.kernel_watch import KernelWatch
 from cellgate.gate.session.late import LateOutput
 from cellgate.gate.session.subshells import MAX_SUBSHELLS
+from cellgate.gate.telemetry import is_traceparent
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET
 
@@ -85,7 +86,10 @@ class Taps:
         subshell_id = msg["header"].get("subshell_id")
         shell = subshell_id if self.cells.subshells.knows(subshell_id) else None
         try:
-            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")), subshell=shell)
+            meta = msg.get("metadata")
+            traceparent = meta.get("traceparent") if isinstance(meta, dict) else None  # the sender's trace, if any
+            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")), subshell=shell,
+                                             traceparent=traceparent if is_traceparent(traceparent) else None)
         except JournalError as exc:
             # A cell that cannot be recorded is not run: answer it here, never forward it.
             error = frontend_replies.audit_unavailable(str(exc))
