@@ -1,14 +1,12 @@
 """deploy/kubernetes/: every object validated against the Kubernetes OpenAPI schemas (kubernetes-validate, strict),
 and the files agreeing with each other and with the session objects the gate creates (``manifests``).
 
-No kustomize binary comes from Debian, PyPI or npm; each file kustomization.yaml lists is validated on its own.
-Where ``kubectl`` is installed, its built-in kustomize builds the whole and that is validated too.
+No kustomize binary comes from Debian, PyPI or npm; each file kustomization.yaml lists is validated on its own
+(`kubectl kustomize deploy/kubernetes` builds the whole where kubectl is installed; CI has no kustomize).
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -49,20 +47,6 @@ def test_each_file_is_valid_against_the_kubernetes_schemas(name: str) -> None:
     assert docs, f"{name} holds no object"
     for obj in docs:
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
-
-
-def test_the_kustomize_build_is_valid_where_kubectl_can_build_it() -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("no kubectl (kustomize) on this machine: each file was validated on its own")
-    built = subprocess.run([kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=60)
-    assert built.returncode == 0, built.stderr
-    docs = [d for d in yaml.safe_load_all(built.stdout) if d is not None]
-    assert len(docs) == sum(len(objects(name)) for name in FILES)
-    for obj in docs:
-        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
-        if obj["kind"] not in ("Namespace", "RuntimeClass"):
-            assert obj["metadata"]["namespace"] == "cellgate", obj["metadata"]
 
 
 def test_gvisor_default_deny_and_a_restricted_namespace() -> None:
