@@ -42,6 +42,15 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.stubgen import signature as stub_signature
     from cellgate.gate.config import Settings, find_config, load_settings
     from cellgate.gate.ops.waiting import waiting_notices
+    from cellgate.gate.sandbox.backend import (
+        CURVE_SERVER_KEY,
+        MemoryWatch,
+        SandboxBackend,
+        SandboxHandle,
+        SandboxRequest,
+        SandboxStatus,
+    )
+    from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
 
@@ -49,15 +58,21 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
 _FACE = {
     "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
+    "CURVE_SERVER_KEY": "cellgate.gate.sandbox.backend",
     "CellgateError": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
+    "MemoryWatch": "cellgate.gate.sandbox.backend",
     "Pool": "cellgate.gate.session.pool",
     "PoolExhausted": "cellgate.gate._errors",
     "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
     "Recorder": "cellgate.gate.audit.recorder",
+    "SandboxBackend": "cellgate.gate.sandbox.backend",
     "SandboxError": "cellgate.gate._errors",
+    "SandboxHandle": "cellgate.gate.sandbox.backend",
+    "SandboxRequest": "cellgate.gate.sandbox.backend",
+    "SandboxStatus": "cellgate.gate.sandbox.backend",
     "SandboxUnavailable": "cellgate.gate._errors",
     "Secret": "cellgate.gate.calls.dispatch",
     "Session": "cellgate.gate.session.session",
@@ -74,6 +89,7 @@ _FACE = {
     "load_settings": "cellgate.gate.config",
     "open_sources": "cellgate.gate.calls.sources",
     "reveal_for_terminal": "cellgate.gate._terminal:reveal",
+    "sandbox_endpoint": "cellgate.gate.sandbox.backend:endpoint",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
@@ -81,11 +97,12 @@ _FACE = {
 }
 
 __all__ = [
-    "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied", "Pool",
-    "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
-    "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal", "close_sources", "find_config",
-    "load_settings", "open_sources", "reveal_for_terminal", "stub_signature", "tool_from_function", "trim",
-    "waiting_notices",
+    "CURVE_SERVER_KEY", "CellRecord", "CellResult", "CellgateError", "ConfigError", "JournalEventRun", "KernelDied",
+    "MemoryWatch", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError",
+    "SandboxHandle", "SandboxRequest", "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError",
+    "Settings", "SourceUnavailable", "StrictModel", "Tool", "ToolRegistry", "ToolSource", "clean_for_terminal",
+    "close_sources", "find_config", "load_settings", "open_sources", "reveal_for_terminal", "sandbox_endpoint",
+    "stub_signature", "tool_from_function", "trim", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 

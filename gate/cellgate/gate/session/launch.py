@@ -58,6 +58,7 @@ class GateFactory(Protocol):
 class SandboxOverrides(TypedDict, total=False):
     """``[sandbox]`` settings a caller may override per session (None: keep the configured value)."""
 
+    backend: str | None
     runsc: str | None
     platform: Literal["systrap", "ptrace", "kvm"] | None
     memory_mb: int | None
