@@ -56,7 +56,8 @@ def test_an_unknown_backend_names_the_value_and_the_installed_ones(tmp_path: Pat
 def test_a_per_session_override_is_checked_like_the_file() -> None:
     with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
         settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "nope"}), None)
-    assert settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "local"}), None).sandbox.backend == "local"
+    chosen = settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "local"}), None)
+    assert chosen.sandbox.backend == "local"
 
 
 def test_an_extension_backend_is_found_by_its_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
