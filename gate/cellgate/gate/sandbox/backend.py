@@ -214,8 +214,9 @@ class SandboxBackend(ABC):
         label), as the next session start and ``cellgate doctor --clean`` ask; returns their ids."""
 
     def runtime(self) -> dict[str, Any]:
-        """What the record says about where this session's kernels run, before the first starts (the
-        ``sandbox`` part of the session's metadata: runtime, version, platform). JSON values; no credential."""
+        """What the record says about where this session's kernels run, before the first starts: merged into the
+        ``sandbox`` part of the session's metadata (runtime, version, platform; its keys replace what the gate would
+        say of a local sandbox, e.g. ``network`` and ``limits_enforced``). JSON values; never a credential."""
         return {"backend": self.name}
 
     @abstractmethod
