@@ -85,3 +85,14 @@ def test_a_request_gives_a_remote_kernel_the_local_environment() -> None:
     assert env["PYTHONPATH"] == "/opt/cellgate/tools:/opt/kernel"
     assert "k" * 64 not in env.values()  # the key travels in the connection file only
     assert env["CELLGATE_RESTRICTED"] == '["numpy"]'
+
+
+def test_doctor_clean_reaps_the_backend_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cellgate.gate.ops.doctor import _reap
+
+    _install(tmp_path / "site", monkeypatch, {"scratch": "scratch_backend:Scratch"})
+    monkeypatch.chdir(tmp_path)  # no cellgate.toml: the backend gets the defaults
+    monkeypatch.delenv("CELLGATE_CONFIG", raising=False)
+    assert _reap("scratch") == ["reaped-by-scratch"]
+    with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
+        _reap("nope")
