@@ -23,7 +23,8 @@ The methods that block (``start``, ``kill``, ``wait``, ``status``, ``delete``,
 loop (the provisioner's, and the relay's own in its thread); a backend built on
 an async client keeps its own loop. The others (``connection_info``,
 ``describe``, ``watch_memory``, ``cpu_source``, ``output_log``) are called on the
-relay's event loop and must answer at once from what ``start`` learnt. Nothing
+relay's event loop and must answer at once from what ``start`` learnt; the
+constructor and ``runtime`` on the provisioner's, once per session. Nothing
 a backend reads from the sandbox (its status, its logs, a pod's events) is
 trusted beyond what the method says it returns.
 """
