@@ -50,6 +50,15 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.stubgen import signature as stub_signature
     from cellgate.gate.config import Settings, find_config, load_settings
     from cellgate.gate.ops.waiting import waiting_notices
+    from cellgate.gate.sandbox.backend import (
+        CURVE_SERVER_KEY,
+        MemoryWatch,
+        SandboxBackend,
+        SandboxHandle,
+        SandboxRequest,
+        SandboxStatus,
+    )
+    from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
     from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
@@ -62,16 +71,22 @@ _FACE = {
     "CallSpan": "cellgate.gate.telemetry",
     "CellRecord": "cellgate.gate.audit.cells",
     "CellResult": "cellgate.gate.session.session",
+    "CURVE_SERVER_KEY": "cellgate.gate.sandbox.backend",
     "CellgateError": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
     "ModelTurn": "cellgate.gate.telemetry",
+    "MemoryWatch": "cellgate.gate.sandbox.backend",
     "Pool": "cellgate.gate.session.pool",
     "PoolExhausted": "cellgate.gate._errors",
     "RESERVED_TOOL_NAMES": "cellgate.gate.calls.stubgen:RESERVED",
     "Recorder": "cellgate.gate.audit.recorder",
+    "SandboxBackend": "cellgate.gate.sandbox.backend",
     "SandboxError": "cellgate.gate._errors",
+    "SandboxHandle": "cellgate.gate.sandbox.backend",
+    "SandboxRequest": "cellgate.gate.sandbox.backend",
+    "SandboxStatus": "cellgate.gate.sandbox.backend",
     "SandboxUnavailable": "cellgate.gate._errors",
     "Secret": "cellgate.gate.calls.dispatch",
     "Session": "cellgate.gate.session.session",
@@ -94,6 +109,7 @@ _FACE = {
     "pending_approvals": "cellgate.gate.calls.approval_queue:pending_requests",
     "reveal_for_terminal": "cellgate.gate._terminal:reveal",
     "sandbox_owner_alive": "cellgate.gate.sandbox.container:owner_alive",
+    "sandbox_endpoint": "cellgate.gate.sandbox.backend:endpoint",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
@@ -102,13 +118,14 @@ _FACE = {
 }
 
 __all__ = [
-    "ArtifactError", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError", "ConfigError",
-    "JournalEventRun", "KernelDied", "ModelTurn", "Pool", "PoolExhausted", "RESERVED_TOOL_NAMES", "Recorder",
-    "SandboxError", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
+    "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
+    "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
+    "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxRequest",
+    "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
     "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval", "blob_text",
     "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources", "pending_approval",
-    "pending_approvals", "reveal_for_terminal", "sandbox_owner_alive", "stub_signature", "tool_from_function",
-    "trim", "verify_run", "waiting_notices",
+    "pending_approvals", "reveal_for_terminal", "sandbox_endpoint", "sandbox_owner_alive", "stub_signature",
+    "tool_from_function", "trim", "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 

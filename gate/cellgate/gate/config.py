@@ -29,6 +29,7 @@ from cellgate.gate.calls.policy import Policy
 
 CONFIG_NAME = "cellgate.toml"
 SECTIONS_GROUP = "cellgate.config_sections"
+BACKENDS_GROUP = "cellgate.sandbox_backends"  # as ``cellgate.gate.sandbox.backend`` (not imported here: it is heavy)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,6 +39,8 @@ class ToolsConfig(StrictModel):
 
 
 class SandboxSettings(StrictModel):
+    backend: str = Field(default="local", description="where kernels run: \"local\" (runsc on this host) or a "
+                         "backend an extension installs (\"kubernetes\"), by its cellgate.sandbox_backends name")
     isolation: Literal["gvisor", "none"] = "gvisor"
     runsc: str | None = None
     platform: Literal["systrap", "ptrace", "kvm"] | None = None
@@ -75,6 +78,17 @@ class SandboxSettings(StrictModel):
             raise ValueError(f"max_message_mb = {self.max_message_mb} must be at most half of memory_mb = "
                              f"{self.memory_mb}: the host holds a message in memory while it checks it")
         return self
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, name: str) -> str:
+        if name == "local":  # the core's own; the others are looked up (slow: every installed distribution)
+            return name
+        installed = sorted({"local", *(entry.name for entry in entry_points(group=BACKENDS_GROUP))})
+        if name not in installed:
+            raise ValueError(f"{name!r} is not an installed sandbox backend (installed: {', '.join(installed)}); "
+                             "use one of those, or install the package that provides it (e.g. cellgate[kubernetes])")
+        return name
 
     @field_validator("allowed_imports")
     @classmethod
