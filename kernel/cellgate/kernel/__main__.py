@@ -11,12 +11,10 @@ def main() -> None:
     if connection is not None:
         snapshot.wait_for_connection(connection)  # a snapshot is taken here (see ``snapshot``)
 
-    from ipykernel.kernelapp import IPKernelApp
-
-    from .kernel import CellgateKernel, apply_memory_limit
+    from .kernel import CellgateKernel, CellgateKernelApp, apply_memory_limit
 
     apply_memory_limit()
-    IPKernelApp.launch_instance(kernel_class=CellgateKernel)
+    CellgateKernelApp.launch_instance(kernel_class=CellgateKernel)
 
 
 if __name__ == "__main__":

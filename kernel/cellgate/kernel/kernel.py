@@ -24,6 +24,7 @@ import traceback
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
@@ -260,6 +261,20 @@ class CellgateKernel(IPythonKernel):
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"))
+
+
+class CellgateKernelApp(IPKernelApp):
+    """ipykernel's app, which never rewrites the connection file the host wrote.
+
+    With CurveZMQ keys, ipykernel 7.4 finds its file unequal to what it would write (the keys as bytes beside
+    the file's strings) and rewrites it, which fails where it is mounted read-only (a Kubernetes Secret).
+    """
+
+    @override
+    def write_connection_file(self, **kwargs: Any) -> None:
+        if os.path.exists(self.abs_connection_file):
+            return
+        super().write_connection_file(**kwargs)
 
 
 def _msg_type(parts: list[Any]) -> str | None:
