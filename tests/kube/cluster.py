@@ -1,0 +1,55 @@
+"""A fake cluster for the Kubernetes backend's tests: the API server, its test kubelet, a kubeconfig.
+
+Needs root (network namespaces, runsc), ``ip``, ``nsenter``/``unshare`` and ``nft``. See README.md, "Kubernetes".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cellgate.gate.sandbox.runsc import Runsc
+
+from .apiserver import FakeApiServer
+from .kubelet import TestKubelet
+
+NAMESPACE = "cellgate"
+TOOLS = ("ip", "nft", "unshare")
+
+
+class FakeCluster:
+    def __init__(self, api: FakeApiServer, kubelet: TestKubelet, folder: Path) -> None:
+        self.api = api
+        self.kubelet = kubelet
+        self.folder = folder
+        self.kubeconfig = folder / "kubeconfig"
+        self.kubeconfig.write_text(json.dumps(api.kubeconfig(NAMESPACE)))
+
+    def toml(self, **kubernetes: Any) -> str:
+        """The ``[sandbox]`` and ``[kubernetes]`` lines of a cellgate.toml that runs kernels in this cluster."""
+        lines = ['[sandbox]', 'backend = "kubernetes"', "", "[kubernetes]", f'kubeconfig = "{self.kubeconfig}"',
+                 f'namespace = "{NAMESPACE}"']
+        lines += [f"{key} = {json.dumps(value)}" for key, value in kubernetes.items()]
+        return "\n".join(lines) + "\n"
+
+    def objects(self, plural: str) -> list[dict[str, Any]]:
+        return self.api.store.list(plural, NAMESPACE)[0]
+
+
+@contextmanager
+def fake_cluster(runsc: Runsc, folder: Path) -> Iterator[FakeCluster]:
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise RuntimeError(f"the fake cluster needs {', '.join(missing)} (Debian: apt-get install iproute2 nftables "
+                           "util-linux)")
+    api = FakeApiServer().start()
+    kubelet = TestKubelet(api.store, runsc, folder / "node").start()
+    try:
+        yield FakeCluster(api, kubelet, folder)
+    finally:
+        kubelet.stop()
+        api.stop()
