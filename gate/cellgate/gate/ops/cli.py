@@ -148,11 +148,13 @@ def _add_doctor(sub: Any) -> None:
     p = sub.add_parser("doctor", help="check (and with --fix, install) what cellgate needs")
     p.add_argument("--fix", action="store_true", help="install gVisor's runsc through apt (needs root)")
     p.add_argument("--clean", action="store_true", help="remove sandboxes left behind by crashed sessions")
+    p.add_argument("--backend", default="local", metavar="NAME",
+                   help="with --clean: the sandbox backend whose leftovers to remove (default: local)")
 
     def run(a: argparse.Namespace) -> int:
         from cellgate.gate.ops.doctor import doctor
 
-        return doctor(fix=a.fix, clean=a.clean)
+        return doctor(fix=a.fix, clean=a.clean, backend=a.backend)
 
     p.set_defaults(run=run)
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._versions import versions
 from cellgate.gate.sandbox import cgroups, enforcement, oci, userns
+from cellgate.gate.sandbox.backend import DEFAULT_BACKEND, load_backend
 from cellgate.gate.sandbox.container import reap_leftovers, run_root
 from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
 from cellgate.gate.sandbox.snapshot import prune
@@ -78,7 +79,16 @@ def _rootless_checks() -> int:
     return 0
 
 
-def doctor(fix: bool = False, clean: bool = False) -> int:
+def _reap(backend: str) -> list[str]:
+    """The leftovers of ``backend`` (the local one's without reading any configuration, as always)."""
+    if backend == DEFAULT_BACKEND:
+        return reap_leftovers()
+    from cellgate.gate.config import find_config, load_settings
+
+    return load_backend(backend)(load_settings(find_config())).reap()
+
+
+def doctor(fix: bool = False, clean: bool = False, backend: str = DEFAULT_BACKEND) -> int:
     failures = 0
     console.print(f"cellgate doctor — Python {platform.python_version()}, "
                   + ", ".join(f"{k} {v}" for k, v in versions().items()))
@@ -95,8 +105,14 @@ def doctor(fix: bool = False, clean: bool = False) -> int:
             _fail("install runsc", str(exc), "check apt's configuration and network access to the Debian mirror")
             failures += 1
     if clean:
-        reaped = reap_leftovers()
-        _ok("clean", f"removed {len(reaped)} leftover sandbox(es) from {run_root()}"
+        try:
+            reaped = _reap(backend)
+        except CellgateError as exc:
+            _fail("clean", escape(str(exc)), f"install and configure the {escape(backend)} backend as it says "
+                  "(cellgate.toml), then run this again")
+            return 1
+        where = run_root() if backend == DEFAULT_BACKEND else f"the {backend} backend"
+        _ok("clean", f"removed {len(reaped)} leftover sandbox(es) from {where}"
             + (f": {', '.join(reaped)}" if reaped else ""))
         images = run_root() / "images"
         dropped = prune(images, 0) if images.is_dir() else 0

@@ -18,11 +18,14 @@ The lifecycle, as the provisioner and the relay drive it::
     backend.kill(handle)                            # stop it now (the host's kill, a restart)
     backend.delete(handle)                          # gone, with everything it held
 
-Every method but ``start`` may be called from any thread (the relay runs its
-own event loop in a thread of its own, the provisioner another): they block
-and the gate runs them in worker threads. A backend built on an async client
-keeps its own loop. Nothing a backend reads from the sandbox (its status, its
-logs, a pod's events) is trusted beyond what the method says it returns.
+The methods that block (``start``, ``kill``, ``wait``, ``status``, ``delete``,
+``reap``, ``interrupt``) are called in worker threads, from more than one event
+loop (the provisioner's, and the relay's own in its thread); a backend built on
+an async client keeps its own loop. The others (``connection_info``,
+``describe``, ``watch_memory``, ``cpu_source``, ``output_log``) are called on the
+relay's event loop and must answer at once from what ``start`` learnt. Nothing
+a backend reads from the sandbox (its status, its logs, a pod's events) is
+trusted beyond what the method says it returns.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
+from pydantic import BaseModel
+
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import CHANNELS, SandboxConfig
@@ -43,7 +48,7 @@ from cellgate.gate.sandbox.cpuclock import CpuSource
 BACKENDS_GROUP = "cellgate.sandbox_backends"
 DEFAULT_BACKEND = "local"
 
-M = TypeVar("M")
+M = TypeVar("M", bound=BaseModel)
 
 
 class BackendSettings(Protocol):
@@ -101,6 +106,15 @@ class MemoryWatch(Protocol):
     def hit(self) -> bool: ...  # the sandbox was killed at (or reached) its memory limit
 
     def close(self) -> None: ...
+
+
+class ReportedByWait:
+    """The default ``MemoryWatch``: no live notice; the backend's ``wait`` reports a memory death."""
+
+    hit = False
+
+    def close(self) -> None:
+        pass
 
 
 class SandboxHandle:
@@ -199,6 +213,11 @@ class SandboxBackend(ABC):
         """Delete the sandboxes this backend started for gate processes that are gone (found by owner record or
         label), as the next session start and ``cellgate doctor --clean`` ask; returns their ids."""
 
+    def runtime(self) -> dict[str, Any]:
+        """What the record says about where this session's kernels run, before the first starts (the
+        ``sandbox`` part of the session's metadata: runtime, version, platform). JSON values; no credential."""
+        return {"backend": self.name}
+
     @abstractmethod
     def describe(self, handle: SandboxHandle) -> dict[str, Any]:
         """What the record says about this sandbox (``kernel-attached``): runtime, limits and how they bind,
@@ -206,9 +225,14 @@ class SandboxBackend(ABC):
 
     # ------------------------------------------------------------------ optional: defaults say "not available"
     def watch_memory(self, handle: SandboxHandle, on_hit: Callable[[], None]) -> MemoryWatch | None:
-        """Start watching the sandbox's memory limit; ``on_hit`` is called once, on the running event loop, when
-        it is hit. None: this backend cannot tell (``wait`` may still say ``memory``)."""
-        return None
+        """Watch the sandbox's memory limit from now on (called on the relay's loop when it attaches); call
+        ``on_hit`` once, on that loop, when the limit is hit. After the kernel ended, the gate reports a memory
+        death when ``wait`` said ``memory`` or the watch's ``hit`` is true.
+
+        The default: no live notice, ``wait`` says ``memory`` itself. None: this backend cannot tell a memory
+        kill from any other death (the record says so once, and such a death is reported as ``kernel-died``).
+        """
+        return ReportedByWait()
 
     def cpu_source(self, handle: SandboxHandle) -> CpuSource:
         """The kernel's CPU seconds for the cell clock; the default cannot read them (the clock runs on wall time)."""
@@ -242,6 +266,6 @@ def load_backend(name: str) -> type[SandboxBackend]:
 
 __all__ = [
     "BACKENDS_GROUP", "CHANNELS", "CURVE_SERVER_KEY", "DEFAULT_BACKEND", "BackendSettings", "MemoryWatch",
-    "SandboxBackend", "SandboxHandle", "SandboxRequest", "SandboxState", "SandboxStatus", "endpoint",
+    "ReportedByWait", "SandboxBackend", "SandboxHandle", "SandboxRequest", "SandboxState", "SandboxStatus", "endpoint",
     "installed_backends", "load_backend",
 ]

@@ -22,6 +22,7 @@ from typing_extensions import override
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import leftovers
 from cellgate.gate.sandbox.backend import (
+    BackendSettings,
     MemoryWatch,
     SandboxBackend,
     SandboxHandle,
@@ -32,6 +33,8 @@ from cellgate.gate.sandbox.container import Sandbox, run_root
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.oci import OUTPUT_LOG
 from cellgate.gate.sandbox.oom import OomWatch
+from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.runsc import find as find_runsc
 
 
 class LocalHandle(SandboxHandle):
@@ -48,6 +51,16 @@ class LocalBackend(SandboxBackend):
     """Kernels in gVisor (or, for development, ``isolation = "none"``, not sandboxed) on this host."""
 
     name = "local"
+
+    def __init__(self, settings: BackendSettings) -> None:
+        super().__init__(settings)
+        box = settings.sandbox
+        # The runsc every sandbox of the session runs (``SandboxConfig.runsc``); None: isolation "none".
+        self.runsc: Runsc | None = find_runsc(box.runsc, box.platform) if box.isolation == "gvisor" else None
+
+    @override
+    def runtime(self) -> dict[str, Any]:
+        return self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
 
     @staticmethod
     def _local(handle: SandboxHandle) -> LocalHandle:
@@ -99,13 +112,14 @@ class LocalBackend(SandboxBackend):
     def kill(self, handle: SandboxHandle) -> None:
         self._sandbox(handle).kill()
 
+    # A memory death is told by the cgroup watch (``watch_memory``), read on the relay's loop only: its eventfd
+    # is that loop's. ``wait`` and ``status``, called from other threads, say ``exited``.
     @override
     def wait(self, handle: SandboxHandle) -> SandboxStatus:
         box = self._sandbox(handle)
         if box.process is None:
             return SandboxStatus("gone")
-        code = box.process.wait()
-        return self._ended(handle, code)
+        return SandboxStatus("exited", box.process.wait())
 
     @override
     def status(self, handle: SandboxHandle) -> SandboxStatus:
@@ -113,11 +127,7 @@ class LocalBackend(SandboxBackend):
         if box.process is None:
             return SandboxStatus("gone")
         code = box.process.poll()
-        return SandboxStatus("running") if code is None else self._ended(handle, code)
-
-    def _ended(self, handle: SandboxHandle, code: int) -> SandboxStatus:
-        watch = self._local(handle).memory
-        return SandboxStatus("memory" if watch is not None and watch.hit else "exited", code)
+        return SandboxStatus("running") if code is None else SandboxStatus("exited", code)
 
     @override
     def delete(self, handle: SandboxHandle) -> None:

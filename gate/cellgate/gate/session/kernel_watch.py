@@ -24,9 +24,8 @@ from jupyter_client.session import Session
 
 from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.audit.journal import JournalError
-from cellgate.gate.sandbox.container import Sandbox
+from cellgate.gate.sandbox.backend import MemoryWatch, SandboxHandle
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.sandbox.oom import OomWatch
 from cellgate.gate.session.bounds import HostBounds, reopen
 from cellgate.gate.session.cells import CellQueue
 from cellgate.gate.session.events import RelayEvents, Tasks
@@ -47,19 +46,19 @@ class KernelWatch:
         self.events = events
         self.tasks = tasks
         self.bounds = bounds
-        self.sandbox: Sandbox | None = None
+        self.sandbox: SandboxHandle | None = None
         self.session = signing_session(os.urandom(32).hex())  # each sandbox's own key, set on attach
         self.control: zmq.asyncio.Socket | None = None  # the host's own control connection
         self.iopub: zmq.asyncio.Socket | None = None
         self.exit_expected = False
         self.stopping = False
         self.died = False  # the current kernel's death (or the host's kill of it) was recorded
-        self._killed_by_host: Sandbox | None = None
+        self._killed_by_host: SandboxHandle | None = None
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
         self._kill_status: dict[str, tuple[CellStatus, str]] = {}
-        self._oom: OomWatch | None = None
+        self._oom: MemoryWatch | None = None
 
-    def attached(self, sandbox: Sandbox, control: zmq.asyncio.Socket, iopub: zmq.asyncio.Socket) -> None:
+    def attached(self, sandbox: SandboxHandle, control: zmq.asyncio.Socket, iopub: zmq.asyncio.Socket) -> None:
         self.sandbox = sandbox
         self.exit_expected = self.died = False
         self.session = signing_session(sandbox.key)  # never the frontends' key (relaywire)
@@ -67,9 +66,9 @@ class KernelWatch:
         self.iopub = iopub
         if self._oom is not None:
             self._oom.close()
-        self._oom = OomWatch(sandbox.id, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id),
-                             sandbox.memory_cgroup)
-        if sandbox.config.isolation == "gvisor" and not self._oom.start(asyncio.get_running_loop()):
+        self._oom = sandbox.backend.watch_memory(
+            sandbox, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id))
+        if self._oom is None:
             self.cells.recorder.event("memory-accounting-unavailable",
                                       note="an OOM kill will be reported as kernel-died")
         self.tasks.spawn(self._watch_process(sandbox), kernel=True)
@@ -109,20 +108,16 @@ class KernelWatch:
         self.tasks.spawn(self._kill(self.sandbox))
         return True
 
-    async def _kill(self, sandbox: Sandbox) -> None:
+    async def _kill(self, sandbox: SandboxHandle) -> None:
         self._killed_by_host = sandbox
-        await asyncio.get_running_loop().run_in_executor(None, sandbox.kill)
+        await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.kill, sandbox)
 
     def cpu_source(self) -> CpuSource:
         box = self.sandbox
-        if box is None:
-            return CpuSource(None, None)
-        if box.config.isolation == "gvisor":  # rootless: no cgroup, runsc's process tree
-            return CpuSource(box.id, box.process.pid if box.rootless and box.process else None, tree=True)
-        return CpuSource(None, box.process.pid if box.process is not None else None)
+        return CpuSource(None, None) if box is None else box.backend.cpu_source(box)
 
     # ------------------------------------------------------ overflow and death
-    def overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: Sandbox) -> None:
+    def overflow(self, channel: str, sock: zmq.asyncio.Socket, endpoint: str, sandbox: SandboxHandle) -> None:
         """A frame over the bound was refused with its connection, and messages behind it were lost:
         the relay reconnects; a running cell cannot be trusted to finish, so it ends `error` and the
         kernel is stopped (Session restarts it)."""
@@ -143,9 +138,9 @@ class KernelWatch:
         self._kill_status[sandbox.id] = ("error", "message-size")
         self.tasks.spawn(self._kill(sandbox))
 
-    async def _watch_process(self, sandbox: Sandbox) -> None:
-        assert sandbox.process is not None
-        code = await asyncio.get_running_loop().run_in_executor(None, sandbox.process.wait)
+    async def _watch_process(self, sandbox: SandboxHandle) -> None:
+        ended = await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.wait, sandbox)
+        code = ended.exit_code
         if self.sandbox is not sandbox or self.stopping:
             return
         if self.exit_expected:
@@ -160,11 +155,11 @@ class KernelWatch:
             status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
             self.cells.fail_all(status, reason)
             return
-        if self._oom is not None and self._oom.hit:
+        if ended.state == "memory" or (self._oom is not None and self._oom.hit):
             self.events.life("kernel-died", exit_code=code, cause="memory")
             for head in self.cells.heads():
                 head.end.error = {"ename": "SandboxMemoryLimit", "evalue": (
-                    f"the sandbox reached its {sandbox.config.limits.memory_bytes >> 20} MB memory limit "
+                    f"the sandbox reached its {sandbox.memory_limit_bytes >> 20} MB memory limit "
                     "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
             self.cells.fail_all("memory", "memory")
             return

@@ -130,9 +130,9 @@ def sandbox_config(box: SandboxSettings, runsc: Runsc | None) -> SandboxConfig:
     )
 
 
-def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | None, tool_paths: Sequence[Path],
+def session_metadata(settings: Settings, registry: ToolRegistry, runtime: Mapping[str, Any], tool_paths: Sequence[Path],
                      session_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """What the record says about the session before its first cell."""
+    """What the record says about the session before its first cell (``runtime``: the backend's ``runtime()``)."""
     box = settings.sandbox
     return {
         "session_id": session_id,
@@ -140,7 +140,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runsc: Runsc | 
         "python": platform.python_version(),
         "sandbox": {
             "isolation": box.isolation,
-            **(runsc.describe() if runsc else {"runtime": "none (development only: NOT sandboxed)"}),
+            **runtime,
             "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
                        "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
                        "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,

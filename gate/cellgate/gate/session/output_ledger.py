@@ -33,7 +33,7 @@ MAX_GAP = 1 << 20  # a jump past this is not a loss but a kernel numbering wildl
 class OutputLedger:
     """One kernel's IOPub numbering and output log, as the host sees them."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path | None) -> None:  # None: the host cannot read the kernel's log
         self.log_path = log_path
         self._last: int | None = None  # the highest number seen
         self._holes: set[int] = set()
@@ -119,6 +119,8 @@ class OutputLedger:
         return outputs
 
     def _read(self) -> list[dict[str, Any]]:
+        if self.log_path is None:
+            return []
         try:
             fd = os.open(self.log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:

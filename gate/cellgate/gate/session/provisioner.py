@@ -16,7 +16,7 @@ import atexit
 import secrets
 import signal
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,15 +25,16 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from typing_extensions import override
 
-from cellgate.gate._errors import ConfigError, SandboxError, SessionError
+from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
-from cellgate.gate.sandbox.container import Sandbox, SandboxConfig, reap_leftovers
-from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest, load_backend
+from cellgate.gate.sandbox.container import Sandbox, SandboxConfig
+from cellgate.gate.sandbox.local_backend import LocalBackend, LocalHandle
 from cellgate.gate.session.bounds import HostBounds
 from cellgate.gate.session.launch import (
     LaunchOptions,
@@ -53,6 +54,8 @@ class Started:
     sources: tuple[ToolSource, ...]
     recorder: Recorder
     service: Relay
+    backend: SandboxBackend  # where the session's kernels run ([sandbox] backend)
+    session_id: str
     sandbox_config: SandboxConfig  # the launch parameters of every sandbox of the session
     tools_files: dict[str, str]  # the generated ``tools`` package
 
@@ -68,8 +71,14 @@ class GVisorProvisioner(LocalProvisioner):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.options = LaunchOptions()
-        self.sandbox: Sandbox | None = None  # the running kernel's, replaced on each launch
+        self.handle: SandboxHandle | None = None  # the running kernel's sandbox, replaced on each launch
+        self._launching = False  # a launch was tried (and may have failed) since the last cleanup
         self._started: Started | None = None
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The running kernel's local sandbox (None before a launch, and on another backend)."""
+        return self.handle.sandbox if isinstance(self.handle, LocalHandle) else None
 
     @property
     def started(self) -> Started:
@@ -112,17 +121,18 @@ class GVisorProvisioner(LocalProvisioner):
         cwd = kwargs.get("cwd")
         kwargs = await super().pre_launch(**kwargs)
         if self._started is None:
-            await asyncio.to_thread(reap_leftovers)
-            self._started = self._start(settings_for(self.options, cwd))
+            settings = settings_for(self.options, cwd)
+            backend = load_backend(settings.sandbox.backend)(settings)
+            await asyncio.to_thread(backend.reap)
+            self._started = self._start(settings, backend)
             # A frontend may end by asking the kernel to shut down and exiting (`jupyter console` does), so
             # the KernelManager never calls cleanup: the record still ends when this process exits.
             atexit.register(self._end_at_exit)
         return kwargs
 
-    def _start(self, settings: Settings) -> Started:
+    def _start(self, settings: Settings, backend: SandboxBackend) -> Started:
         options = self.options
-        box = settings.sandbox
-        runsc = find_runsc(box.runsc, box.platform) if box.isolation == "gvisor" else None
+        runsc = backend.runsc if isinstance(backend, LocalBackend) else None
         granted = [Path(p).resolve() for p in options.tools]
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
@@ -131,13 +141,14 @@ class GVisorProvisioner(LocalProvisioner):
         sources = open_all([*configured, *options.sources], registry)
         try:
             tools_files = stubgen.generate(registry.manifest())
-            metadata = session_metadata(settings, registry, runsc, [*settings.tool_paths(), *granted],
+            metadata = session_metadata(settings, registry, backend.runtime(), [*settings.tool_paths(), *granted],
                                         uuid.uuid4().hex, options.metadata)
             recorder, service = self._start_relay(settings, registry, sources, metadata)
         except BaseException:
             close_sources(sources)
             raise
-        return Started(settings, registry, tuple(sources), recorder, service, sandbox_config(box, runsc), tools_files)
+        return Started(settings, registry, tuple(sources), recorder, service, backend, metadata["session_id"],
+                       sandbox_config(settings.sandbox, runsc), tools_files)
 
     def _start_relay(self, settings: Settings, registry: ToolRegistry, sources: list[ToolSource],
                      metadata: dict[str, Any]) -> tuple[Recorder, Relay]:
@@ -170,37 +181,53 @@ class GVisorProvisioner(LocalProvisioner):
 
     @override
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        """Start the sandbox, wait for its sockets, and connect the relay to them."""
+        """Start the sandbox (ready to connect) and connect the relay to it."""
         started = self.started
+        self._launching = True
         # The kernel's own key, new for each sandbox: the frontends' key never enters the sandbox,
         # and the relay re-signs every message between the two (relaywire).
-        sandbox = await self._start_sandbox(started, secrets.token_hex(32))
-        started.service.attach(sandbox)
-        self.process = sandbox.process
-        self.pid = sandbox.process.pid if sandbox.process else None
+        request = SandboxRequest(started.sandbox_config, started.tools_files, secrets.token_hex(32),
+                                 started.session_id)
+        handle = self.handle = await self._start_sandbox(started.backend, request)
+        started.service.attach(handle)
+        self.process = handle.process
+        self.pid = handle.process.pid if handle.process else None
         return self.connection_info.copy()
 
-    async def _start_sandbox(self, started: Started, key: str) -> Sandbox:
-        config = started.sandbox_config
+    @staticmethod
+    async def _start_sandbox(backend: SandboxBackend, request: SandboxRequest) -> SandboxHandle:
+        """``backend.start`` in a thread; a sandbox that starts after the launch was given up is deleted."""
+        starting = asyncio.ensure_future(asyncio.to_thread(backend.start, request))
         try:
-            return await self._launch(Sandbox(config, started.tools_files, key))
-        except SandboxError as exc:
-            failed = self.sandbox
-            if failed is None or failed.image is None:
-                raise
-            # A snapshot that does not restore (a damaged image, a runsc that cannot) costs one
-            # cold start, not the session: drop the image and start this sandbox cold.
-            await asyncio.to_thread(failed.delete)
-            await asyncio.to_thread(failed.discard_image)
-            cold = Sandbox(replace(config, snapshot=False), started.tools_files, key)
-            cold.snapshot_problem = f"the snapshot image did not restore: {str(exc)[:300]}"
-            return await self._launch(cold)
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            def abandon(done: asyncio.Future[SandboxHandle]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    asyncio.get_running_loop().run_in_executor(None, backend.delete, done.result())
+            starting.add_done_callback(abandon)
+            raise
 
-    async def _launch(self, sandbox: Sandbox) -> Sandbox:
-        self.sandbox = sandbox
-        await asyncio.to_thread(sandbox.start)
-        await asyncio.to_thread(sandbox.wait_for_sockets, sandbox.config.start_timeout)
-        return sandbox
+    # A backend without a host process standing for the kernel is asked how its kernel is.
+    @property
+    @override
+    def has_process(self) -> bool:
+        return self.process is not None or (self.handle is not None and self.handle.process is None)
+
+    @override
+    async def poll(self) -> int | None:
+        handle = self.handle
+        if handle is None or handle.process is not None:
+            return await super().poll()
+        status = await asyncio.to_thread(handle.backend.status, handle)
+        return None if status.state == "running" else (status.exit_code if status.exit_code is not None else -1)
+
+    @override
+    async def wait(self) -> int | None:
+        handle = self.handle
+        if handle is None or handle.process is not None:
+            return await super().wait()
+        status = await asyncio.to_thread(handle.backend.wait, handle)
+        return status.exit_code if status.exit_code is not None else -1
 
     @override
     async def shutdown_requested(self, restart: bool = False) -> None:
@@ -209,19 +236,22 @@ class GVisorProvisioner(LocalProvisioner):
 
     @override
     async def send_signal(self, signum: int) -> None:
-        if self.sandbox is None:
+        handle = self.handle
+        if handle is None:
             return
         if signum == signal.SIGKILL:
-            await asyncio.to_thread(self.sandbox.kill)
+            await asyncio.to_thread(handle.backend.kill, handle)
         elif signum == signal.SIGINT and self._started is not None:
-            self._started.service.interrupt()
+            if not await asyncio.to_thread(handle.backend.interrupt, handle):
+                self._started.service.interrupt()  # an interrupt_request on control
 
     @override
     async def kill(self, restart: bool = False) -> None:
         if self._started is not None:  # the KernelManager's kill (a restart or shutdown now): not a death
             self._started.service.expect_exit()
-        if self.sandbox is not None:
-            await asyncio.to_thread(self.sandbox.kill)
+        handle = self.handle
+        if handle is not None:
+            await asyncio.to_thread(handle.backend.kill, handle)
 
     @override
     async def terminate(self, restart: bool = False) -> None:
@@ -236,7 +266,7 @@ class GVisorProvisioner(LocalProvisioner):
     def _end(self, restart: bool) -> None:
         started = self._started
         try:
-            if started is not None and self.sandbox is not None:
+            if started is not None and self._launching:
                 started.service.detach("restart" if restart else "shutdown")
         finally:  # whatever the relay did, the record ends and the sandbox goes
             try:
@@ -245,9 +275,10 @@ class GVisorProvisioner(LocalProvisioner):
                 if not restart and started is not None:
                     self._end_record(started)
             finally:
-                if self.sandbox is not None:
-                    self.sandbox.delete()
-                    self.sandbox = None
+                handle, self._launching = self.handle, False
+                if handle is not None:
+                    handle.backend.delete(handle)
+                    self.handle = None
 
     def _end_record(self, started: Started) -> None:
         self._started = None

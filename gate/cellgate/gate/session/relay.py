@@ -38,8 +38,7 @@ from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
 from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.direct import DirectResult, serve_direct
 from cellgate.gate.calls.dispatch import Dispatcher
-from cellgate.gate.sandbox.container import Sandbox
-from cellgate.gate.sandbox.oci import OUTPUT_LOG
+from cellgate.gate.sandbox.backend import CURVE_SERVER_KEY, SandboxHandle, endpoint
 from cellgate.gate.session import frontend_replies, notices, relaywire
 from cellgate.gate.session.bounds import (
     MAX_PARSED_CONTENT,
@@ -132,8 +131,8 @@ class Relay:
             raise SessionError(f"the relay did not finish {name} within {timeout:g} s; its thread was at:\n"
                                f"{where}") from None
 
-    def attach(self, sandbox: Sandbox) -> None:
-        """Connect to a started sandbox's sockets (after ``wait_for_sockets``)."""
+    def attach(self, sandbox: SandboxHandle) -> None:
+        """Connect to a started sandbox's sockets (its backend's ``start`` returned: they are ready)."""
         self._call(self._attach(sandbox))
 
     def interrupt(self) -> None:
@@ -197,9 +196,13 @@ class Relay:
         pub.bind(self._front_url("iopub"))
         self._front["iopub"] = pub
 
-    def _connect(self, kind: int, endpoint: str, identity: bytes | None = None) -> zmq.asyncio.Socket:
+    def _connect(self, kind: int, endpoint: str, identity: bytes | None = None,
+                 curve_server_key: str | None = None) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(kind)
         sock.linger = 0
+        if curve_server_key:  # the kernel encrypts its channels (CurveZMQ): connect as a client with a key pair
+            sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+            sock.curve_serverkey = curve_server_key.encode()
         # Every socket that reads from the kernel refuses a frame over the bound before
         # allocating it; libzmq then drops the connection, which watch_overflow sees.
         sock.setsockopt(zmq.MAXMSGSIZE, self.bounds.max_message_bytes)
@@ -210,21 +213,23 @@ class Relay:
         sock.connect(endpoint)
         return sock
 
-    async def _attach(self, sandbox: Sandbox) -> None:
+    async def _attach(self, sandbox: SandboxHandle) -> None:
         # The kernel answers input() on stdin to the identity that sent the
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
         identity = os.urandom(16).hex().encode()
+        backend, info = sandbox.backend, sandbox.backend.connection_info(sandbox)
+        curve = info.get(CURVE_SERVER_KEY)
         for channel in ROUTED:
-            self._back[channel] = self._connect(zmq.DEALER, sandbox.endpoint(channel),
-                                                identity if channel in ("shell", "stdin") else None)
-        self._back["iopub"] = self._connect(zmq.SUB, sandbox.endpoint("iopub"))
-        control = self._connect(zmq.DEALER, sandbox.endpoint("control"))
+            self._back[channel] = self._connect(zmq.DEALER, endpoint(info, channel),
+                                                identity if channel in ("shell", "stdin") else None, curve)
+        self._back["iopub"] = self._connect(zmq.SUB, endpoint(info, "iopub"), curve_server_key=curve)
+        control = self._connect(zmq.DEALER, endpoint(info, "control"), curve_server_key=curve)
         for channel, sock in [*self._back.items(), ("control (host)", control)]:
             monitor = monitor_socket(sock, OVERFLOW_EVENTS)
             self._monitors.append(monitor)
-            endpoint = sandbox.endpoint("control" if channel == "control (host)" else channel)
-            overflow = functools.partial(self.kernel.overflow, channel, sock, endpoint, sandbox)
+            address = endpoint(info, "control" if channel == "control (host)" else channel)
+            overflow = functools.partial(self.kernel.overflow, channel, sock, address, sandbox)
             self.tasks.spawn(watch_overflow(monitor, overflow), kernel=True)
         for channel in ROUTED:
             self.tasks.spawn(self._pump_to_kernel(channel), kernel=True)
@@ -232,8 +237,8 @@ class Relay:
         self.tasks.spawn(self._pump_iopub(), kernel=True)
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
-        self.cells.ledger = OutputLedger(sandbox.ipc_path(OUTPUT_LOG))
-        self.recorder.event("kernel-attached", sandbox=sandbox.describe())
+        self.cells.ledger = OutputLedger(backend.output_log(sandbox))
+        self.recorder.event("kernel-attached", sandbox=backend.describe(sandbox))
         if self.cells:
             self.cells.start_head()
 
