@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from typing import Any
 
 import kubernetes_validate
@@ -159,7 +160,7 @@ def test_the_config_map_holds_the_tools_package_under_keys_the_pod_maps_back_to_
     ({"cpus": 0}, "greater than 0"),
 ])
 def test_bad_input_is_a_clear_error_naming_the_value(changes: dict[str, Any], says: str) -> None:
-    with pytest.raises(ValidationError, match=says.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ValidationError, match=re.escape(says)):
         session(**changes)
 
 
