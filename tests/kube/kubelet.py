@@ -198,6 +198,8 @@ class TestKubelet:
             await asyncio.wait([exited, deleted], return_when=asyncio.FIRST_COMPLETED)
             if exited.done() and not deleted.done():
                 code = exited.result()
+                # runsc gone, its cgroup is removed: the OOM watch has every signal it will get (``oom``).
+                await asyncio.to_thread(delete_sandbox, self.runsc.path, str(pod.root / "state"), pod.sandbox_id)
                 reason = "OOMKilled" if oom is not None and oom.hit else ("Completed" if code == 0 else "Error")
                 self._status(pod, {"phase": "Succeeded" if code == 0 else "Failed",
                                    "conditions": [{"type": "Ready", "status": "False"}],

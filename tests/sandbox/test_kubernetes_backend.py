@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 import pytest
 import zmq
-from conftest import NORTHWIND, cellgate
+from conftest import NORTHWIND, SAMPLE_TOOLS, cellgate
 from jupyter_client import BlockingKernelClient
 from kube.cluster import NAMESPACE, FakeCluster, fake_cluster
 
@@ -30,6 +30,7 @@ from cellgate.extensions.kubernetes.backend import KubernetesBackend, Kubernetes
 from cellgate.gate import SandboxError, SandboxRequest, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.root_only  # network namespaces, veth pairs and nftables
 
@@ -244,6 +245,7 @@ from cellgate.extensions.kubernetes.backend import KubernetesBackend
 from cellgate.gate import SandboxRequest, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.testing import BlockingSession
 config = SandboxConfig(isolation="gvisor", runsc=None, limits=oci.Limits(), reply_wait=60.0, start_timeout=60.0)
 backend = KubernetesBackend(load_settings(Path({toml!r})))
 handle = backend.start(SandboxRequest(config=config, tools_files={{}}, key=os.urandom(32).hex(), session_id="x"))
@@ -281,3 +283,28 @@ def test_northwind_with_the_kubernetes_backend(cluster: FakeCluster, tmp_path: P
     (cell,) = [c for c in nb.cells if c.cell_type == "code"]
     assert len(cell.metadata.cellgate.calls) == 313
     assert nb.metadata.cellgate.sandbox["backend"] == "kubernetes"
+
+
+def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(cluster: FakeCluster,
+                                                                          tmp_path: Path) -> None:
+    (tmp_path / "cellgate.toml").write_text(cluster.toml())
+    others = {o["metadata"]["name"] for o in cluster.objects("pods")}  # the module's kernel, if started
+    box = BlockingSession(config=tmp_path / "cellgate.toml", tools=[SAMPLE_TOOLS], notebook=tmp_path / "run.ipynb",
+                          cwd=tmp_path, memory_mb=256, cell_timeout=3.0, interrupt_grace=30.0).start()
+    try:
+        assert box.execute("survivor = 7\nprint(tools.echo('gated'))").stdout == "gated\n"
+        looped = box.execute("while True:\n    pass")
+        assert looped.status == "timeout" and looped.error["ename"] == "KeyboardInterrupt"
+        assert box.execute("print(survivor)").stdout == "7\n"  # interrupted, not killed: the same pod
+        first_pod = {o["metadata"]["name"] for o in cluster.objects("pods")} - others
+        hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+        result = box.execute(hog)
+        assert result.status == "memory" and result.limits_hit == ["memory"], result
+        assert box.execute("print('fresh', 'survivor' in globals())").stdout == "fresh False\n"
+        assert len(first_pod) == 1 and not first_pod & {o["metadata"]["name"] for o in cluster.objects("pods")}
+    finally:
+        box.close()
+    cells = nbformat.read(tmp_path / "run.ipynb", as_version=4)["cells"]
+    note = next(c for c in cells if c["metadata"].get("cellgate", {}).get("kind") == "kernel-restarted")
+    assert note["source"] == ("**The kernel was restarted after the sandbox reached its memory limit.** "
+                              "These variables are gone: `survivor`.")

@@ -20,12 +20,12 @@ from the gate's threads). Nothing read from the cluster is trusted beyond its sh
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import secrets
 import socket
-import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,22 +95,31 @@ class KubernetesBackend(SandboxBackend):
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
         self.config = settings.section("kubernetes", KubernetesConfig)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="cellgate-kubernetes", daemon=True)
-        self._thread.start()
-        self._client: AsyncClient = self._run(self._connect())
+        self._kubeconfig = self._load_kubeconfig()
 
-    async def _connect(self) -> AsyncClient:
+    def _load_kubeconfig(self) -> KubeConfig:
         try:
-            config = (KubeConfig.from_file(self.config.kubeconfig) if self.config.kubeconfig
-                      else KubeConfig.from_env())
+            return (KubeConfig.from_file(self.config.kubeconfig) if self.config.kubeconfig
+                    else KubeConfig.from_env())
         except Exception as exc:  # lightkube's own ConfigError, a file that is not a kubeconfig
             raise SandboxUnavailable(f"no Kubernetes cluster to start kernel pods in: {str(exc)[:300]}; set "
                                      "[kubernetes] kubeconfig, $KUBECONFIG, or run the gate in the cluster") from None
-        return AsyncClient(config=config, namespace=self.config.namespace)
 
-    def _run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+    def _run(self, work: Callable[[AsyncClient], Coroutine[Any, Any, T]]) -> T:
+        """Run ``work`` with a client of its own on a loop of its own (the seam's methods block, and are called
+        from any thread: ``wait`` in one while ``status`` or ``kill`` run in another)."""
+        async def session() -> T:
+            client = AsyncClient(config=self._kubeconfig, namespace=self.config.namespace)
+            try:
+                return await work(client)
+            finally:
+                await client.close()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(session())
+        with concurrent.futures.ThreadPoolExecutor(1) as worker:  # called on a loop's own thread
+            return worker.submit(asyncio.run, session()).result()
 
     @staticmethod
     def _handle(handle: SandboxHandle) -> KubernetesHandle:
@@ -145,17 +154,18 @@ class KubernetesBackend(SandboxBackend):
             if obj["kind"] == "Pod":  # Ready once the kernel bound its last socket (the heartbeat's)
                 obj["spec"]["containers"][0]["readinessProbe"] = READINESS_PROBE
         try:
-            self._run(self._start(handle, objects, request.config.start_timeout))
+            self._run(lambda client: self._start(client, handle, objects, request.config.start_timeout))
         except BaseException:
             self.delete(handle)
             raise
         return handle
 
-    async def _start(self, handle: KubernetesHandle, objects: list[dict[str, Any]], timeout: float) -> None:
+    async def _start(self, client: AsyncClient, handle: KubernetesHandle, objects: list[dict[str, Any]],
+                     timeout: float) -> None:
         created = None
         for obj in objects:
             try:
-                created = await self._client.create(from_dict(obj))
+                created = await client.create(from_dict(obj))
             except ApiError as exc:
                 raise SandboxError(f"the cluster refused the kernel's {obj['kind']} {obj['metadata']['name']} in "
                                    f"namespace {handle.session.namespace}: {exc.status.message!s:.{REASON_LIMIT}} "
@@ -164,7 +174,7 @@ class KubernetesBackend(SandboxBackend):
         name = handle.session.pod_name
         try:
             async with asyncio.timeout(timeout):
-                async for _, pod in self._client.watch(Pod, namespace=handle.session.namespace,
+                async for _, pod in client.watch(Pod, namespace=handle.session.namespace,
                                                        fields={"metadata.name": name},
                                                        resource_version=created.metadata.resourceVersion):
                     if self._ready(pod):
@@ -176,7 +186,7 @@ class KubernetesBackend(SandboxBackend):
                         raise SandboxError(f"the kernel pod {handle.session.namespace}/{name} ended before it was "
                                            f"ready ({ended.state}): {ended.detail or 'no reason given'}")
         except TimeoutError:
-            reasons = await self._reasons(handle)
+            reasons = await self._reasons(client, handle)
             raise SandboxError(f"the kernel pod {handle.session.namespace}/{name} did not become ready within "
                                f"{timeout:g} s ([sandbox] start_timeout): {reasons}; see `kubectl describe pod "
                                f"{name} -n {handle.session.namespace}`") from None
@@ -188,15 +198,15 @@ class KubernetesBackend(SandboxBackend):
             return False
         return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
-    async def _reasons(self, handle: KubernetesHandle) -> str:
+    async def _reasons(self, client: AsyncClient, handle: KubernetesHandle) -> str:
         """Why a pod is not ready, in the cluster's words: its events (the latest last), else its conditions."""
         namespace, name = handle.session.namespace, handle.session.pod_name
         said: list[str] = []
         try:
-            async for event in self._client.list(Event, namespace=namespace,
+            async for event in client.list(Event, namespace=namespace,
                                                  fields={"involvedObject.name": name}):
                 said.append(f"{event.reason}: {event.message}")
-            pod = await self._client.get(Pod, name, namespace=namespace)
+            pod = await client.get(Pod, name, namespace=namespace)
         except ApiError as exc:
             return f"(its state could not be read: {exc.status.message})"
         status = pod.status
@@ -226,8 +236,9 @@ class KubernetesBackend(SandboxBackend):
             terminated = container.state.terminated if container.state else None
             if terminated is not None:
                 detail = f"{terminated.reason or 'terminated'}: {terminated.message or ''}".strip(": ")
-                state = "memory" if terminated.reason == "OOMKilled" else "exited"
-                return SandboxStatus(state, terminated.exitCode, detail[:REASON_LIMIT])
+                if terminated.reason == "OOMKilled":
+                    return SandboxStatus("memory", terminated.exitCode, detail[:REASON_LIMIT])
+                return SandboxStatus("exited", terminated.exitCode, detail[:REASON_LIMIT])
         if status.phase in ("Failed", "Succeeded"):
             return SandboxStatus("exited", None, f"pod {status.phase}: {status.reason or ''} {status.message or ''}"
                                  .strip()[:REASON_LIMIT])
@@ -235,11 +246,11 @@ class KubernetesBackend(SandboxBackend):
 
     @override
     def status(self, handle: SandboxHandle) -> SandboxStatus:
-        return self._run(self._status(self._handle(handle)))
+        return self._run(lambda client: self._status(client, self._handle(handle)))
 
-    async def _status(self, handle: KubernetesHandle) -> SandboxStatus:
+    async def _status(self, client: AsyncClient, handle: KubernetesHandle) -> SandboxStatus:
         try:
-            pod = await self._client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
+            pod = await client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
         except ApiError as exc:
             if exc.status.code == 404:
                 return SandboxStatus("gone")
@@ -250,12 +261,12 @@ class KubernetesBackend(SandboxBackend):
 
     @override
     def wait(self, handle: SandboxHandle) -> SandboxStatus:
-        return self._run(self._wait(self._handle(handle)))
+        return self._run(lambda client: self._wait(client, self._handle(handle)))
 
-    async def _wait(self, handle: KubernetesHandle) -> SandboxStatus:
+    async def _wait(self, client: AsyncClient, handle: KubernetesHandle) -> SandboxStatus:
         while True:  # a watch the server ends is taken up again from the pod's state
             try:
-                pod = await self._client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
+                pod = await client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
             except ApiError as exc:
                 if exc.status.code == 404:
                     return SandboxStatus("gone")
@@ -264,7 +275,7 @@ class KubernetesBackend(SandboxBackend):
             if ended is not None:
                 return ended
             assert pod.metadata is not None
-            async for kind, seen in self._client.watch(Pod, namespace=handle.session.namespace,
+            async for kind, seen in client.watch(Pod, namespace=handle.session.namespace,
                                                        fields={"metadata.name": handle.session.pod_name},
                                                        resource_version=pod.metadata.resourceVersion):
                 if kind == "DELETED":
@@ -276,7 +287,8 @@ class KubernetesBackend(SandboxBackend):
     @override
     def kill(self, handle: SandboxHandle) -> None:
         pod = self._handle(handle)
-        self._run(self._delete_one(Pod, pod.session.pod_name, pod.session.namespace, grace=0))
+        self._run(lambda client: self._delete_one(client, Pod, pod.session.pod_name, pod.session.namespace,
+                                                  grace=0))
 
     @override
     def delete(self, handle: SandboxHandle) -> None:
@@ -286,36 +298,38 @@ class KubernetesBackend(SandboxBackend):
         session = pod.session
         names = {Pod: session.pod_name, Secret: session.secret_name, ConfigMap: session.config_map_name,
                  NetworkPolicy: session.network_policy_name}
-        self._run(self._delete_all([(kind, name, session.namespace) for kind, name in names.items()]))
+        objects = [(kind, name, session.namespace) for kind, name in names.items()]
+        self._run(lambda client: self._delete_all(client, objects))
         pod.deleted = True
 
-    async def _delete_all(self, objects: list[tuple[type[Any], str, str]]) -> None:
+    async def _delete_all(self, client: AsyncClient, objects: Sequence[tuple[type[Any], str, str]]) -> None:
         for kind, name, namespace in objects:
-            await self._delete_one(kind, name, namespace, grace=0 if kind is Pod else None)
+            await self._delete_one(client, kind, name, namespace, grace=0 if kind is Pod else None)
         try:  # a deleted pod lingers while its node stops it: it is released once gone
             async with asyncio.timeout(DELETE_WAIT):
                 for kind, name, namespace in objects:
                     if kind is Pod:
-                        await self._gone(name, namespace)
+                        await self._gone(client, name, namespace)
         except TimeoutError:
             pass  # the cluster finishes it; nothing of the gate's waits on it
 
-    async def _gone(self, name: str, namespace: str) -> None:
+    async def _gone(self, client: AsyncClient, name: str, namespace: str) -> None:
         try:
-            pod = await self._client.get(Pod, name, namespace=namespace)
+            pod = await client.get(Pod, name, namespace=namespace)
         except ApiError as exc:
             if exc.status.code == 404:
                 return
             raise
         assert pod.metadata is not None
-        async for kind, _ in self._client.watch(Pod, namespace=namespace, fields={"metadata.name": name},
+        async for kind, _ in client.watch(Pod, namespace=namespace, fields={"metadata.name": name},
                                                 resource_version=pod.metadata.resourceVersion):
             if kind == "DELETED":
                 return
 
-    async def _delete_one(self, kind: type[Any], name: str, namespace: str, grace: int | None = None) -> None:
+    async def _delete_one(self, client: AsyncClient, kind: type[Any], name: str, namespace: str,
+                          grace: int | None = None) -> None:
         try:
-            await self._client.delete(kind, name, namespace=namespace, grace_period=grace)
+            await client.delete(kind, name, namespace=namespace, grace_period=grace)
         except ApiError as exc:
             if exc.status.code != 404:  # already gone is what was asked
                 raise SandboxError(f"could not delete {kind.__name__} {namespace}/{name}: "
@@ -323,15 +337,15 @@ class KubernetesBackend(SandboxBackend):
 
     @override
     def reap(self) -> list[str]:
-        return self._run(self._reap())
+        return self._run(self._reap)
 
-    async def _reap(self) -> list[str]:
+    async def _reap(self, client: AsyncClient) -> list[str]:
         """Delete every object labelled as cellgate's whose gate process (of this host) is gone."""
         namespace = self.config.namespace
         orphans: list[tuple[type[Any], str, str]] = []
         sessions: set[str] = set()
         for kind in KINDS:
-            async for obj in self._client.list(kind, namespace=namespace, labels=dict(manifests.MANAGED_BY)):
+            async for obj in client.list(kind, namespace=namespace, labels=dict(manifests.MANAGED_BY)):
                 meta = obj.metadata
                 try:
                     owner = json.loads((meta.annotations or {}).get(OWNER_ANNOTATION, "{}"))
@@ -340,8 +354,13 @@ class KubernetesBackend(SandboxBackend):
                 if isinstance(owner, dict) and owner_gone(owner):
                     orphans.append((kind, meta.name, namespace))
                     sessions.add((meta.labels or {}).get(manifests.SESSION_LABEL, meta.name))
-        await self._delete_all(orphans)
+        await self._delete_all(client, orphans)
         return sorted(sessions)
+
+    @override
+    def runtime(self) -> dict[str, Any]:
+        return {"backend": self.name, "runtime": "gvisor", "runtime_class": self.config.runtime_class,
+                "namespace": self.config.namespace, "image": self.config.image}
 
     @override
     def describe(self, handle: SandboxHandle) -> dict[str, Any]:
@@ -358,9 +377,4 @@ class KubernetesBackend(SandboxBackend):
         }
 
     def close(self) -> None:
-        """Close the client and stop the backend's loop (the session is over)."""
-        if self._thread.is_alive():
-            self._run(self._client.close(), timeout=30)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
+        """Nothing stays open between calls (each has its own client)."""
