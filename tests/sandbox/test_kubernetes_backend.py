@@ -6,6 +6,7 @@ the pod's NetworkPolicy enforced on the node's end) to a gVisor kernel it did no
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -21,9 +22,10 @@ from typing import Any
 import nbformat
 import pytest
 import zmq
-from conftest import NORTHWIND, SAMPLE_TOOLS, cellgate
+from conftest import CELLGATE, NORTHWIND, SAMPLE_TOOLS, cellgate, serve_on_a_free_port
 from jupyter_client import BlockingKernelClient
 from kube.cluster import NAMESPACE, FakeCluster, fake_cluster
+from mcp import Client
 
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
@@ -202,40 +204,14 @@ def test_a_pod_that_never_gets_ready_is_a_clear_error_and_leaves_nothing(
     backend = backend_for(cluster, tmp_path, runtime_class="no-such-runtime")
     try:
         with pytest.raises(SandboxError) as caught:
-            backend.start(request(start_timeout=3.0))
+            backend.start(request(start_timeout=1.0))
     finally:
         backend.close()
     message = str(caught.value)
-    assert "did not become ready within 3 s" in message
+    assert "did not become ready within 1 s" in message
     assert 'FailedCreatePodSandBox: Failed to create pod sandbox: RuntimeHandler "no-such-runtime" not supported' \
         in message
     assert {kind: [o["metadata"]["name"] for o in cluster.objects(kind)] for kind in kinds} == before
-
-
-def test_an_oom_killed_pod_is_status_memory(backend: KubernetesBackend) -> None:
-    handle = backend.start(request(memory_mb=256))
-    try:
-        client_info = backend.connection_info(handle)
-        assert client_info["ip"] == handle.pod_ip
-        hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-        context = zmq.Context()
-        try:
-            # The cell is sent as the gate would (Curve client, own key pair, signed with the HMAC key).
-            from jupyter_client.session import Session
-            shell = context.socket(zmq.DEALER)
-            shell.curve_publickey, shell.curve_secretkey = zmq.curve_keypair()
-            shell.curve_serverkey = client_info["curve_publickey"].encode()
-            shell.connect(f"tcp://{client_info['ip']}:{client_info['shell_port']}")
-            Session(key=client_info["key"].encode()).send(shell, "execute_request", {
-                "code": hog, "silent": False, "store_history": False, "user_expressions": {},
-                "allow_stdin": False, "stop_on_error": True})
-            status = backend.wait(handle)
-            shell.close(0)
-        finally:
-            context.term()
-    finally:
-        backend.delete(handle)
-    assert status.state == "memory" and "OOMKilled" in status.detail, status
 
 
 ORPHAN_MAKER = """
@@ -308,3 +284,51 @@ def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(clust
     note = next(c for c in cells if c["metadata"].get("cellgate", {}).get("kind") == "kernel-restarted")
     assert note["source"] == ("**The kernel was restarted after the sandbox reached its memory limit.** "
                               "These variables are gone: `survivor`.")
+
+
+# The suite runs 4 at once (its time budget); the issue's 16: CELLGATE_TEST_K8S_SESSIONS=16 (82 s on 2 cores).
+CONCURRENT = int(os.environ.get("CELLGATE_TEST_K8S_SESSIONS", "4"))
+
+
+def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod(cluster: FakeCluster, tmp_path: Path) -> None:
+    (tmp_path / "cellgate.toml").write_text(
+        f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[policy.tools.echo]\ndecision = "allow"\n\n'
+        f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml())
+    log_path = tmp_path / "serve.log"
+    before = {o["metadata"]["name"] for o in cluster.objects("pods")}
+
+    def start(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([*CELLGATE, "mcp", "serve", "--config", str(tmp_path / "cellgate.toml"),
+                                 "--transport", "http", "--port", str(port), "--max-sessions", str(CONCURRENT)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, text=True)
+
+    async def client_run(url: str, secret: str) -> tuple[str, str, str]:
+        async with Client(url) as client:
+            code = f"secret = {secret!r}\nprint(tools.echo(secret))\nimport socket\nprint(socket.gethostname())"
+            result = await client.call_tool("execute_python", {"code": code})
+            text = "".join(block.text for block in result.content if block.type == "text")
+            handle = result.structured_content["session"]
+            again = await client.call_tool("execute_python", {"code": "print(secret)", "session": handle})
+            return text, "".join(block.text for block in again.content if block.type == "text"), handle
+
+    with log_path.open("w") as log:
+        port, process = serve_on_a_free_port(start, log_path, "cellgate mcp serve --transport http")
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            secrets_ = [f"tenant-{i}" for i in range(CONCURRENT)]
+
+            async def scenario() -> list[tuple[str, str, str]]:
+                return list(await asyncio.gather(*(client_run(url, secret) for secret in secrets_)))
+            runs = asyncio.run(asyncio.wait_for(scenario(), 300))
+            during = {o["metadata"]["name"] for o in cluster.objects("pods")} - before
+        finally:
+            process.terminate()
+            assert process.wait(120) in (0, -15), log_path.read_text()[-2000:]
+    hosts = set()
+    for secret, (first, again, _) in zip(secrets_, runs):
+        echoed, host = first.splitlines()[:2]
+        assert echoed == secret and again == secret + "\n", (first, again)
+        hosts.add(host)
+    assert len({handle for _, _, handle in runs}) == CONCURRENT
+    assert len(hosts) == CONCURRENT and len(during) >= CONCURRENT  # one pod (its own hostname) per session
+    assert not {o["metadata"]["name"] for o in cluster.objects("pods")} - before  # all deleted with the server
