@@ -10,7 +10,7 @@ naming the reasons from its events and conditions, after its objects are deleted
 
 Every object carries ``app.kubernetes.io/managed-by: cellgate`` and an annotation naming the gate process that
 made it (host, pid, start time). ``reap`` deletes the objects of this host's gate processes that are gone; in a
-cluster the gate's own pod (``CELLGATE_GATE_POD_NAME``/``_UID``, from the downward API) is also each object's
+cluster the gate's own pod (``CELLGATE_POD_NAME``/``CELLGATE_POD_UID``, from the downward API) is also each object's
 owner, so the cluster's garbage collector deletes them with it.
 
 The client is lightkube's async one, on a loop of the backend's own (the seam's methods block and are called
@@ -130,7 +130,7 @@ class KubernetesBackend(SandboxBackend):
     # ------------------------------------------------------------------ start
     def _session(self, request: SandboxRequest) -> manifests.KernelSession:
         box, config = self.settings.sandbox, self.config
-        pod_name, pod_uid = os.environ.get("CELLGATE_GATE_POD_NAME"), os.environ.get("CELLGATE_GATE_POD_UID")
+        pod_name, pod_uid = os.environ.get("CELLGATE_POD_NAME"), os.environ.get("CELLGATE_POD_UID")
         owner = manifests.Owner(name=pod_name, uid=pod_uid) if pod_name and pod_uid else None
         return manifests.KernelSession(
             session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=config.image,
