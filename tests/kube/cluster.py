@@ -1,11 +1,12 @@
 """A fake cluster for the Kubernetes backend's tests: the API server, its test kubelet, a kubeconfig.
 
-Needs root (network namespaces, runsc), ``ip``, ``nsenter``/``unshare`` and ``nft``. See README.md, "Kubernetes".
+Needs root (network namespaces, runsc), ``ip``, ``unshare`` and ``nft``. See README.md, "Kubernetes".
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,15 +30,36 @@ class FakeCluster:
         self.kubeconfig = folder / "kubeconfig"
         self.kubeconfig.write_text(json.dumps(api.kubeconfig(NAMESPACE)))
 
-    def toml(self, **kubernetes: Any) -> str:
+    def toml(self, pool: int = 0, **kubernetes: Any) -> str:
         """The ``[sandbox]`` and ``[kubernetes]`` lines of a cellgate.toml that runs kernels in this cluster."""
-        lines = ['[sandbox]', 'backend = "kubernetes"', "", "[kubernetes]", f'kubeconfig = "{self.kubeconfig}"',
-                 f'namespace = "{NAMESPACE}"']
+        lines = ['[sandbox]', 'backend = "kubernetes"', f"pool = {pool}", "", "[kubernetes]",
+                 f'kubeconfig = "{self.kubeconfig}"', f'namespace = "{NAMESPACE}"']
         lines += [f"{key} = {json.dumps(value)}" for key, value in kubernetes.items()]
         return "\n".join(lines) + "\n"
 
     def objects(self, plural: str) -> list[dict[str, Any]]:
         return self.api.store.list(plural, NAMESPACE)[0]
+
+    def ready_pods(self) -> set[str]:
+        return {o["metadata"]["name"] for o in self.objects("pods")
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in o["status"].get("conditions", []))}
+
+    def wait_for_ready_pods(self, names: set[str] | None, count: int, timeout: float = 120) -> set[str]:
+        """Wait (woken by each change in the API server) until ``count`` pods not in ``names`` are Ready."""
+        changes: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+        def heard(plural: str, kind: str, obj: dict[str, Any]) -> None:
+            changes.put(plural)  # never blocks: the store holds its lock while it tells its listeners
+        self.api.store.listeners.append(heard)
+        try:
+            while len(new := self.ready_pods() - (names or set())) < count:
+                try:
+                    changes.get(timeout=timeout)
+                except queue.Empty:
+                    raise TimeoutError(f"fewer than {count} new Ready pods after {timeout} s of no change") from None
+            return new
+        finally:
+            self.api.store.listeners.remove(heard)
 
 
 @contextmanager

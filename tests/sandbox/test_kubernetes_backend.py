@@ -288,12 +288,13 @@ def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(clust
 
 # The suite runs 4 at once (its time budget); the 16: CELLGATE_TEST_K8S_SESSIONS=16 (82 s on 2 cores).
 CONCURRENT = int(os.environ.get("CELLGATE_TEST_K8S_SESSIONS", "4"))
+WARM = 2  # [sandbox] pool: pods started ahead
 
 
-def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod(cluster: FakeCluster, tmp_path: Path) -> None:
+def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_first(cluster: FakeCluster, tmp_path: Path) -> None:
     (tmp_path / "cellgate.toml").write_text(
         f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[policy.tools.echo]\ndecision = "allow"\n\n'
-        f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml())
+        f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml(pool=WARM))
     log_path = tmp_path / "serve.log"
     before = {o["metadata"]["name"] for o in cluster.objects("pods")}
 
@@ -314,6 +315,7 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod(cluster: F
     with log_path.open("w") as log:
         port, process = serve_on_a_free_port(start, log_path, "cellgate mcp serve --transport http")
         try:
+            warm = cluster.wait_for_ready_pods(before, WARM)  # started ahead, before any client
             url = f"http://127.0.0.1:{port}/mcp"
             secrets_ = [f"tenant-{i}" for i in range(CONCURRENT)]
 
@@ -331,4 +333,5 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod(cluster: F
         hosts.add(host)
     assert len({handle for _, _, handle in runs}) == CONCURRENT
     assert len(hosts) == CONCURRENT and len(during) >= CONCURRENT  # one pod (its own hostname) per session
+    assert warm <= hosts  # the warm pool's pods went to sessions, each to one
     assert not {o["metadata"]["name"] for o in cluster.objects("pods")} - before  # all deleted with the server
