@@ -57,7 +57,8 @@ class TcpCurve(SandboxBackend):
     name = "tcp-curve"
 
     def runtime(self) -> dict[str, Any]:
-        return {"backend": self.name, "runtime": "a local subprocess (the kernel tier's stand-in for a pod)"}
+        return {"backend": self.name, "runtime": "a local subprocess (the kernel tier's stand-in for a pod)",
+                "limits_enforced": "by the stand-in: none"}
 
     def start(self, request: SandboxRequest) -> SandboxHandle:
         folder = Path(tempfile.mkdtemp(prefix="cg-tcp-"))
@@ -147,7 +148,8 @@ def test_cells_and_gated_calls_run_over_tcp_with_curve(remote: Any) -> None:
     attached = [r for r in journal(remote) if r.get("event") == "kernel-attached"]
     assert attached[-1]["sandbox"] == {"backend": "tcp-curve", "id": provisioner.handle.id, "transport": "tcp",
                                        "encryption": "curve"}
-    assert provisioner.started.recorder.metadata["sandbox"]["backend"] == "tcp-curve"
+    recorded = provisioner.started.recorder.metadata["sandbox"]
+    assert recorded["backend"] == "tcp-curve" and recorded["limits_enforced"] == "by the stand-in: none"
 
 
 def test_the_kernel_refuses_a_connection_without_curve(remote: Any) -> None:

@@ -57,7 +57,8 @@ def test_an_unknown_backend_names_the_value_and_the_installed_ones(tmp_path: Pat
 def test_a_per_session_override_is_checked_like_the_file() -> None:
     with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
         settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "nope"}), None)
-    assert settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "local"}), None).sandbox.backend == "local"
+    chosen = settings_for(LaunchOptions(settings=Settings(), sandbox={"backend": "local"}), None)
+    assert chosen.sandbox.backend == "local"
 
 
 def test_an_extension_backend_is_found_by_its_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +86,14 @@ def test_a_request_gives_a_remote_kernel_the_local_environment() -> None:
     assert env["PYTHONPATH"] == "/opt/cellgate/tools:/opt/kernel"
     assert "k" * 64 not in env.values()  # the key travels in the connection file only
     assert env["CELLGATE_RESTRICTED"] == '["numpy"]'
+
+
+def test_doctor_clean_reaps_the_backend_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cellgate.gate.ops.doctor import _reap
+
+    _install(tmp_path / "site", monkeypatch, {"scratch": "scratch_backend:Scratch"})
+    monkeypatch.chdir(tmp_path)  # no cellgate.toml: the backend gets the defaults
+    monkeypatch.delenv("CELLGATE_CONFIG", raising=False)
+    assert _reap("scratch") == ["reaped-by-scratch"]
+    with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
+        _reap("nope")

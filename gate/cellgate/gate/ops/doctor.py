@@ -115,8 +115,9 @@ def doctor(fix: bool = False, clean: bool = False, backend: str = DEFAULT_BACKEN
         _ok("clean", f"removed {len(reaped)} leftover sandbox(es) from {where}"
             + (f": {', '.join(reaped)}" if reaped else ""))
         images = run_root() / "images"
-        dropped = prune(images, 0) if images.is_dir() else 0
-        _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
+        if backend == DEFAULT_BACKEND:  # the local backend's own
+            dropped = prune(images, 0) if images.is_dir() else 0
+            _ok("clean", f"removed {dropped} snapshot image(s) from {images} (each is rebuilt when next needed)")
         from cellgate.gate.calls.approval_queue import approvals_dir, withdraw_orphans
 
         withdrawn = withdraw_orphans()

@@ -23,7 +23,8 @@ The methods that block (``start``, ``kill``, ``wait``, ``status``, ``delete``,
 loop (the provisioner's, and the relay's own in its thread); a backend built on
 an async client keeps its own loop. The others (``connection_info``,
 ``describe``, ``watch_memory``, ``cpu_source``, ``output_log``) are called on the
-relay's event loop and must answer at once from what ``start`` learnt. Nothing
+relay's event loop and must answer at once from what ``start`` learnt; the
+constructor and ``runtime`` on the provisioner's, once per session. Nothing
 a backend reads from the sandbox (its status, its logs, a pod's events) is
 trusted beyond what the method says it returns.
 """
@@ -214,8 +215,9 @@ class SandboxBackend(ABC):
         label), as the next session start and ``cellgate doctor --clean`` ask; returns their ids."""
 
     def runtime(self) -> dict[str, Any]:
-        """What the record says about where this session's kernels run, before the first starts (the
-        ``sandbox`` part of the session's metadata: runtime, version, platform). JSON values; no credential."""
+        """What the record says about where this session's kernels run, before the first starts: merged into the
+        ``sandbox`` part of the session's metadata (runtime, version, platform; its keys replace what the gate would
+        say of a local sandbox, e.g. ``network`` and ``limits_enforced``). JSON values; never a credential."""
         return {"backend": self.name}
 
     @abstractmethod
@@ -250,10 +252,18 @@ def installed_backends() -> dict[str, str]:
 
 
 def load_backend(name: str) -> type[SandboxBackend]:
-    """The backend class registered as ``name`` in the ``cellgate.sandbox_backends`` entry points."""
+    """The backend class registered as ``name`` in the ``cellgate.sandbox_backends`` entry points.
+
+    ``local`` is the core's own: taken without scanning the entry points (a scan costs tens of milliseconds, each
+    session start), and no installed package can replace it.
+    """
+    if name == DEFAULT_BACKEND:
+        from cellgate.gate.sandbox.local_backend import LocalBackend
+
+        return LocalBackend
     found = [entry for entry in entry_points(group=BACKENDS_GROUP) if entry.name == name]
     if not found:
-        installed = ", ".join(sorted(installed_backends())) or "none"
+        installed = ", ".join(sorted({DEFAULT_BACKEND, *installed_backends()}))
         raise ConfigError(f"[sandbox] backend = {name!r} is not an installed sandbox backend (installed: {installed});"
                           " use one of those, or install the package that provides it (e.g. cellgate[kubernetes])")
     entry = found[0]

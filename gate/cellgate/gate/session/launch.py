@@ -134,21 +134,23 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runtime: Mappin
                      session_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     """What the record says about the session before its first cell (``runtime``: the backend's ``runtime()``)."""
     box = settings.sandbox
+    sandbox = {
+        "isolation": box.isolation,
+        **runtime,
+        "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
+                   "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
+                   "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
+                   "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
+        "network": "none",
+        "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent),
+        "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
+    }
+    sandbox.update(runtime)  # another backend's word on what it runs replaces the local one's (network, limits)
     return {
         "session_id": session_id,
         "versions": versions(),
         "python": platform.python_version(),
-        "sandbox": {
-            "isolation": box.isolation,
-            **runtime,
-            "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
-                       "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
-                       "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
-                       "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
-            "network": "none",
-            "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent),
-            "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
-        },
+        "sandbox": sandbox,
         "config": {"file": settings.source, "base_dir": settings.base_dir},
         "tools": {"manifest": registry.manifest(), "manifest_sha256": registry.manifest_sha256(),
                   "sources": [str(p) for p in tool_paths] + describe_sources(settings)},
