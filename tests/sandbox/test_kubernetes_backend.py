@@ -258,7 +258,9 @@ def test_northwind_with_the_kubernetes_backend(cluster: FakeCluster, tmp_path: P
     nb = nbformat.read(out, as_version=4)
     (cell,) = [c for c in nb.cells if c.cell_type == "code"]
     assert len(cell.metadata.cellgate.calls) == 313
-    assert nb.metadata.cellgate.sandbox["backend"] == "kubernetes"
+    sandbox = nb.metadata.cellgate.sandbox
+    assert sandbox["backend"] == "kubernetes" and sandbox["runtime_class"] == "gvisor"
+    assert sandbox["network"].startswith("pod network: no egress")
 
 
 def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(cluster: FakeCluster,

@@ -53,6 +53,14 @@ OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the 
 KINDS: tuple[type[Any], ...] = (Pod, Secret, ConfigMap, NetworkPolicy)
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
 REASON_LIMIT = 600
+NETWORK = "pod network: no egress, ingress to the kernel's ports from the gate only (NetworkPolicy)"
+# What binds a kernel pod: the cluster's limits on the pod, under its RuntimeClass's runsc (as the gate's record says).
+LIMITS_ENFORCED = {
+    "memory": {"enforced": "whole sandbox", "by": "the pod's memory limit (its cgroup on the node); per process also "
+                                                  "RLIMIT_AS set by the kernel before any cell (MemoryError in the cell)"},
+    "pids": {"enforced": "no", "by": "the node's podPidsLimit if its kubelet sets one (not set per pod)"},
+    "cpu": {"enforced": "whole sandbox", "by": "the pod's CPU limit ([kubernetes] cpus: a CFS quota on the node)"},
+}
 DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it  # characters of the cluster's own words kept in an error or a status
 
 
@@ -360,7 +368,8 @@ class KubernetesBackend(SandboxBackend):
     @override
     def runtime(self) -> dict[str, Any]:
         return {"backend": self.name, "runtime": "gvisor", "runtime_class": self.config.runtime_class,
-                "namespace": self.config.namespace, "image": self.config.image}
+                "namespace": self.config.namespace, "image": self.config.image, "network": NETWORK,
+                "limits_enforced": LIMITS_ENFORCED}
 
     @override
     def describe(self, handle: SandboxHandle) -> dict[str, Any]:
@@ -372,7 +381,7 @@ class KubernetesBackend(SandboxBackend):
             "limits": {"memory_bytes": session.memory_mb << 20, "cpus": session.cpus,
                        "tmp_bytes": session.tmp_mb << 20, "workspace_bytes": session.workspace_mb << 20,
                        "deadline_seconds": session.deadline_seconds},
-            "network": "pod network: no egress, ingress to the kernel's ports from the gate only (NetworkPolicy)",
+            "network": NETWORK, "limits_enforced": LIMITS_ENFORCED,
             "transport": "tcp+curve",
         }
 
