@@ -29,7 +29,7 @@ from mcp import Client
 
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
-from cellgate.gate import SandboxError, SandboxRequest, load_settings
+from cellgate.gate import SandboxError, SandboxRequest, SandboxUnavailable, load_settings
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
 from cellgate.gate.testing import BlockingSession
@@ -195,6 +195,22 @@ def test_interrupt_goes_over_the_control_channel(cluster: FakeCluster, backend: 
         assert run(client, "print('still here')") [1] == "still here\n"
     finally:
         client.stop_channels()
+
+
+def test_an_api_server_that_does_not_answer_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        (tmp_path / "kubeconfig").write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": url}}], "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        (tmp_path / "cellgate.toml").write_text(f'[sandbox]\nbackend = "kubernetes"\n\n[kubernetes]\n'
+                                                f'kubeconfig = "{tmp_path / "kubeconfig"}"\n')
+        backend = KubernetesBackend(load_settings(tmp_path / "cellgate.toml"))
+        with pytest.raises(SandboxUnavailable, match=f"the Kubernetes API server at {url} did not answer: "
+                                                     "ConnectError"):
+            backend.start(request())
 
 
 def test_a_pod_that_never_gets_ready_is_a_clear_error_and_leaves_nothing(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx2
 import zmq
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.codecs import from_dict
@@ -104,6 +105,8 @@ class KubernetesBackend(SandboxBackend):
         super().__init__(settings)
         self.config = settings.section("kubernetes", KubernetesConfig)
         self._kubeconfig = self._load_kubeconfig()
+        found = self._kubeconfig.get()
+        self._server = found.cluster.server if found is not None else "(none in the kubeconfig)"
 
     def _load_kubeconfig(self) -> KubeConfig:
         try:
@@ -123,11 +126,16 @@ class KubernetesBackend(SandboxBackend):
             finally:
                 await client.close()
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(session())
-        with concurrent.futures.ThreadPoolExecutor(1) as worker:  # called on a loop's own thread
-            return worker.submit(asyncio.run, session()).result()
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(session())
+            with concurrent.futures.ThreadPoolExecutor(1) as worker:  # called on a loop's own thread
+                return worker.submit(asyncio.run, session()).result()
+        except httpx2.TransportError as exc:  # no answer at all (an ApiError is an answer: handled where it comes)
+            raise SandboxUnavailable(f"the Kubernetes API server at {self._server} did not "
+                                     f"answer: {type(exc).__name__}: {str(exc)[:300]}; check [kubernetes] "
+                                     "kubeconfig and that the cluster is reachable from the gate") from None
 
     @staticmethod
     def _handle(handle: SandboxHandle) -> KubernetesHandle:
