@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,33 +229,17 @@ def test_a_pod_that_never_gets_ready_is_a_clear_error_and_leaves_nothing(
     assert {kind: [o["metadata"]["name"] for o in cluster.objects(kind)] for kind in kinds} == before
 
 
-ORPHAN_MAKER = """
-import os, sys
-from pathlib import Path
-from cellgate.extensions.kubernetes.backend import KubernetesBackend
-from cellgate.gate import SandboxRequest, load_settings
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import SandboxConfig
-from cellgate.gate.testing import BlockingSession
-config = SandboxConfig(isolation="gvisor", runsc=None, limits=oci.Limits(), reply_wait=60.0, start_timeout=60.0)
-backend = KubernetesBackend(load_settings(Path({toml!r})))
-handle = backend.start(SandboxRequest(config=config, tools_files={{}}, key=os.urandom(32).hex(), session_id="x"))
-print(handle.id, flush=True)
-sys.stdin.read()  # until killed
-"""
-
-
 def test_a_gone_gate_s_pods_are_reaped_by_label(cluster: FakeCluster, backend: KubernetesBackend,
                                                 kernel: KubernetesHandle, tmp_path: Path) -> None:
     (tmp_path / "cellgate.toml").write_text(cluster.toml())
-    code = ORPHAN_MAKER.format(toml=str(tmp_path / "cellgate.toml"))
-    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True) as gate:
-        assert gate.stdout is not None
-        orphan = gate.stdout.readline().strip()
-        assert orphan.startswith("cg-"), orphan
+    (tmp_path / "long.py").write_text("import time\ntime.sleep(600)\n")
+    before = {o["metadata"]["name"] for o in cluster.objects("pods")}
+    with subprocess.Popen([*CELLGATE, "exec", str(tmp_path / "long.py")], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as gate:
+        (pod,) = cluster.wait_for_ready_pods(before, 1)  # the gate's kernel pod, running the cell
         os.kill(gate.pid, signal.SIGKILL)  # the gate dies without deleting its pod
-    assert backend.reap() == [orphan]
+    orphan = pod.removeprefix("cellgate-kernel-")
+    assert backend.reap() == [orphan]  # what the next gate's first session start (or doctor --clean) does
     for kind in ("pods", "secrets", "configmaps", "networkpolicies"):
         labels = [o["metadata"]["labels"].get(manifests.SESSION_LABEL) for o in cluster.objects(kind)]
         assert orphan not in labels and kernel.id in labels, (kind, labels)  # a live gate's pod stays
