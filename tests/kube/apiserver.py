@@ -160,11 +160,12 @@ class Store:
             found = self.objects.get((plural, namespace, name))
             return copy.deepcopy(found) if found is not None else None
 
-    def list(self, plural: str, namespace: str | None, labels: str | None = None,
+    def select(self, plural: str, namespace: str | None, labels: str | None = None,
              fields: str | None = None) -> tuple[list[dict[str, Any]], int]:
         with self.lock:
             items = [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items())
-                     if p == plural and namespace in (None, ns) and labels_match(labels, o["metadata"].get("labels") or {})
+                     if p == plural and namespace in (None, ns)
+                     and labels_match(labels, o["metadata"].get("labels") or {})
                      and fields_match(fields, o)]
             return items, self.last_version
 
@@ -305,14 +306,14 @@ class FakeApiServer:
                 return status(409, "AlreadyExists", f'{plural} "{name}" already exists')
             return JSONResponse(created, status_code=201)
         if request.method == "DELETE":  # deletecollection
-            items, _ = self.store.list(plural, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+            items, _ = self.store.select(plural, namespace, query.get("labelSelector"), query.get("fieldSelector"))
             for item in items:
                 self.store.delete(plural, item["metadata"]["namespace"], item["metadata"]["name"])
             return JSONResponse({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
         if query.get("watch") in ("true", "1"):
             return self._watch(plural, namespace, query.get("labelSelector"), query.get("fieldSelector"),
                                query.get("resourceVersion"))
-        items, version = self.store.list(plural, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+        items, version = self.store.select(plural, namespace, query.get("labelSelector"), query.get("fieldSelector"))
         _, api_version, kind = KINDS[plural]
         return JSONResponse({"kind": kind + "List", "apiVersion": api_version,
                              "metadata": {"resourceVersion": str(version)}, "items": items})
@@ -327,13 +328,13 @@ class FakeApiServer:
                 if backlog is None:
                     return status(410, "Expired", f"too old resource version: {version}")
             else:  # no version: the current objects as ADDED, then what changes
-                backlog = [{"type": "ADDED", "object": o} for o in store.list(plural, namespace, labels, fields)[0]]
+                backlog = [{"type": "ADDED", "object": o} for o in store.select(plural, namespace, labels, fields)[0]]
             store.watchers.append(watcher)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
-                for event in backlog:
-                    yield json.dumps(event).encode() + b"\n"
+                for past in backlog:
+                    yield json.dumps(past).encode() + b"\n"
                 while (event := await watcher.queue.get()) is not None:
                     yield json.dumps(event).encode() + b"\n"
             finally:
@@ -363,7 +364,8 @@ class FakeApiServer:
                 return {**body, "metadata": obj["metadata"]} if not is_status else {**obj, "status": body["status"]}
             if is_status:
                 return {**obj, "status": merge_patch(obj.get("status"), body.get("status", {}))}
-            return merge_patch(obj, {k: v for k, v in body.items() if k != "status"})
+            patched: dict[str, Any] = merge_patch(obj, {k: v for k, v in body.items() if k != "status"})
+            return patched
 
         updated = self.store.update(plural, namespace, name, change)
         return JSONResponse(updated) if updated is not None else missing

@@ -38,7 +38,7 @@ class FakeCluster:
         return "\n".join(lines) + "\n"
 
     def objects(self, plural: str) -> list[dict[str, Any]]:
-        return self.api.store.list(plural, NAMESPACE)[0]
+        return self.api.store.select(plural, NAMESPACE)[0]
 
     def ready_pods(self) -> set[str]:
         return {o["metadata"]["name"] for o in self.objects("pods")

@@ -300,7 +300,7 @@ class TestKubelet:
         """Enforce the NetworkPolicies selecting the pod (present at its start); the ingress ports or None."""
         assert pod.network is not None
         labels = obj["metadata"].get("labels") or {}
-        policies = [p for p in self.store.list("networkpolicies", pod.namespace)[0]
+        policies = [p for p in self.store.select("networkpolicies", pod.namespace)[0]
                     if labels_match(",".join(f"{k}={v}" for k, v in p["spec"].get("podSelector", {}).get(
                         "matchLabels", {}).items()), labels)]
         if not policies:

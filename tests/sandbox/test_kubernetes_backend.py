@@ -106,8 +106,8 @@ def test_a_cell_runs_in_the_gvisor_pod_over_tcp_and_curve(cluster: FakeCluster, 
     client = connect(cluster, backend, kernel)
     try:
         reply, out = run(client, "import os, tools\nprint(tools.hello(), os.getuid())\n"
-                                 "open('/workspace/w', 'w').write('ok')\n"
-                                 "try:\n    open('/opt/cellgate/tools/x', 'w')\nexcept OSError as e:\n    print(e.errno)")
+                                 "open('/workspace/w', 'w').write('ok')\ntry:\n"
+                                 "    open('/opt/cellgate/tools/x', 'w')\nexcept OSError as e:\n    print(e.errno)")
     finally:
         client.stop_channels()
     assert reply["status"] == "ok", reply
@@ -292,7 +292,8 @@ CONCURRENT = int(os.environ.get("CELLGATE_TEST_K8S_SESSIONS", "4"))
 WARM = 2  # [sandbox] pool: pods started ahead
 
 
-def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_first(cluster: FakeCluster, tmp_path: Path) -> None:
+def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_first(cluster: FakeCluster,
+                                                                                      tmp_path: Path) -> None:
     (tmp_path / "cellgate.toml").write_text(
         f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n[policy.tools.echo]\ndecision = "allow"\n\n'
         f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml(pool=WARM))
@@ -328,7 +329,7 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
             process.terminate()
             assert process.wait(120) in (0, -15), log_path.read_text()[-2000:]
     hosts = set()
-    for secret, (first, again, _) in zip(secrets_, runs):
+    for secret, (first, again, _) in zip(secrets_, runs, strict=True):
         echoed, host = first.splitlines()[:2]
         assert echoed == secret and again == secret + "\n", (first, again)
         hosts.add(host)

@@ -53,16 +53,17 @@ T = TypeVar("T")
 OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the gate process that made the object
 KINDS: tuple[type[Any], ...] = (Pod, Secret, ConfigMap, NetworkPolicy)
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
-REASON_LIMIT = 600
+REASON_LIMIT = 600  # characters of the cluster's own words kept in an error or a status
 NETWORK = "pod network: no egress, ingress to the kernel's ports from the gate only (NetworkPolicy)"
-# What binds a kernel pod: the cluster's limits on the pod, under its RuntimeClass's runsc (as the gate's record says).
+# What binds a kernel pod: the cluster's limits on the pod, under its RuntimeClass's runsc (for the record).
 LIMITS_ENFORCED = {
-    "memory": {"enforced": "whole sandbox", "by": "the pod's memory limit (its cgroup on the node); per process also "
-                                                  "RLIMIT_AS set by the kernel before any cell (MemoryError in the cell)"},
+    "memory": {"enforced": "whole sandbox",
+               "by": "the pod's memory limit (its cgroup on the node); per process also RLIMIT_AS set by the kernel "
+                     "before any cell (MemoryError in the cell)"},
     "pids": {"enforced": "no", "by": "the node's podPidsLimit if its kubelet sets one (not set per pod)"},
     "cpu": {"enforced": "whole sandbox", "by": "the pod's CPU limit ([kubernetes] cpus: a CFS quota on the node)"},
 }
-DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it  # characters of the cluster's own words kept in an error or a status
+DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it
 
 
 def process_start(pid: int) -> str | None:
