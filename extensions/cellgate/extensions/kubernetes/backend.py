@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import secrets
@@ -173,7 +174,8 @@ class KubernetesBackend(SandboxBackend):
         try:
             self._run(lambda client: self._start(client, handle, objects, request.config.start_timeout))
         except BaseException:
-            self.delete(handle)
+            with contextlib.suppress(Exception):  # what failed is the error to tell, not its cleanup
+                self.delete(handle)
             raise
         return handle
 
