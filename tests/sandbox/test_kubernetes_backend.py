@@ -287,7 +287,7 @@ def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(clust
                               "These variables are gone: `survivor`.")
 
 
-# The suite runs 4 at once (its time budget); the 16: CELLGATE_TEST_K8S_SESSIONS=16 (82 s on 2 cores).
+# The suite runs 4 at once (its time budget); the 16: CELLGATE_TEST_K8S_SESSIONS=16 (50-80 s on 2 cores).
 CONCURRENT = int(os.environ.get("CELLGATE_TEST_K8S_SESSIONS", "4"))
 WARM = 2  # [sandbox] pool: pods started ahead
 
