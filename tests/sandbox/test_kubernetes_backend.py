@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import nbformat
 import pytest
 import zmq
@@ -97,6 +98,10 @@ def run(client: BlockingKernelClient, code: str) -> tuple[dict[str, Any], str]:
 def test_a_cell_runs_in_the_gvisor_pod_over_tcp_and_curve(cluster: FakeCluster, backend: KubernetesBackend,
                                                           kernel: KubernetesHandle) -> None:
     (pod,) = cluster.objects("pods")
+    # What the backend created (manifests' objects, its annotation and readiness probe added) is valid Kubernetes.
+    for kind in ("pods", "secrets", "configmaps", "networkpolicies"):
+        for created in cluster.objects(kind):
+            kubernetes_validate.validate({k: v for k, v in created.items() if k != "status"}, "1.35.0", strict=True)
     spec, container = pod["spec"], pod["spec"]["containers"][0]
     assert spec["runtimeClassName"] == "gvisor" and spec["automountServiceAccountToken"] is False
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
