@@ -48,8 +48,9 @@ def test_an_unknown_backend_names_the_value_and_the_installed_ones(tmp_path: Pat
     with pytest.raises(ConfigError) as caught:
         load_settings(config)
     message = str(caught.value)
-    assert f"{config}:3" in message and "'kubernetess'" in message and "installed: local" in message
-    with pytest.raises(ConfigError, match=r"backend = 'nope' is not an installed sandbox backend \(installed: local\)"):
+    assert f"{config}:3" in message and "'kubernetess'" in message and "installed: kubernetes, local" in message
+    with pytest.raises(ConfigError,
+                       match=r"backend = 'nope' is not an installed sandbox backend \(installed: kubernetes, local\)"):
         load_backend("nope")
 
 
