@@ -59,7 +59,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
         SandboxStatus,
     )
     from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
+    from cellgate.gate.sandbox.backend import kernel_environment as sandbox_kernel_environment
     from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
+    from cellgate.gate.sandbox.oci import Limits as SandboxLimits
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
@@ -85,6 +87,7 @@ _FACE = {
     "SandboxBackend": "cellgate.gate.sandbox.backend",
     "SandboxError": "cellgate.gate._errors",
     "SandboxHandle": "cellgate.gate.sandbox.backend",
+    "SandboxLimits": "cellgate.gate.sandbox.oci:Limits",
     "SandboxRequest": "cellgate.gate.sandbox.backend",
     "SandboxStatus": "cellgate.gate.sandbox.backend",
     "SandboxUnavailable": "cellgate.gate._errors",
@@ -110,6 +113,7 @@ _FACE = {
     "reveal_for_terminal": "cellgate.gate._terminal:reveal",
     "sandbox_owner_alive": "cellgate.gate.sandbox.container:owner_alive",
     "sandbox_endpoint": "cellgate.gate.sandbox.backend:endpoint",
+    "sandbox_kernel_environment": "cellgate.gate.sandbox.backend:kernel_environment",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
@@ -120,12 +124,13 @@ _FACE = {
 __all__ = [
     "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
-    "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxRequest",
-    "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings", "SourceUnavailable",
-    "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval", "blob_text",
-    "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources", "pending_approval",
-    "pending_approvals", "reveal_for_terminal", "sandbox_endpoint", "sandbox_owner_alive", "stub_signature",
-    "tool_from_function", "trim", "verify_run", "waiting_notices",
+    "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",
+    "SandboxRequest", "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings",
+    "SourceUnavailable", "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval",
+    "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources",
+    "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
+    "sandbox_kernel_environment", "sandbox_owner_alive", "stub_signature", "tool_from_function", "trim",
+    "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 

@@ -27,8 +27,7 @@ from typing import Any, Final
 
 from pydantic import Field, field_validator, model_validator
 
-from cellgate.gate import StrictModel
-from cellgate.kernel import wire
+from cellgate.gate import SandboxLimits, StrictModel, sandbox_kernel_environment
 
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "cellgate"}
 SESSION_LABEL: Final = "cellgate.dev/session"
@@ -48,10 +47,6 @@ WORKSPACE: Final = "/workspace"
 KERNEL_UID: Final = 1000  # the image's user (deploy/kubernetes/Dockerfile) and the local sandbox's
 KERNEL_GID: Final = 1000
 
-# As the local sandbox (``oci.Limits``): the kernel caps its address space under the memory limit, so an
-# over-allocation is a MemoryError in the cell rather than an OOM kill.
-ADDRESS_SPACE_FRACTION: Final = 0.9
-KERNEL_OUTPUT_BYTES: Final = 16 << 20
 # etcd refuses an object over 1.5 MiB; a ConfigMap's or Secret's data must stay under 1 MiB.
 MAX_DATA_BYTES: Final = 1 << 20
 
@@ -256,32 +251,11 @@ def tools_config_map(session: KernelSession, files: Mapping[str, str]) -> dict[s
 
 
 def kernel_environment(session: KernelSession) -> dict[str, str]:
-    """The kernel's whole environment: ``oci.environment``'s, less what only a host-backed folder gives.
-
-    No output log (``ENV_OUTPUT_LOG``: the gate cannot read a file in the pod) and no snapshot
-    (``ENV_SNAPSHOT_READY``: the cluster starts pods, runsc's checkpoint is not there).
-    """
-    memory_bytes = session.memory_mb << 20
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": WORKSPACE,
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": TOOLS_DIR,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "IPYTHONDIR": "/tmp/ipython",
-        "MPLCONFIGDIR": "/tmp/matplotlib",
-        "XDG_CACHE_HOME": "/tmp/cache",
-        "TMPDIR": "/tmp",
-        "MALLOC_ARENA_MAX": "2",
-        wire.ENV_RLIMIT_AS: str(int(memory_bytes * ADDRESS_SPACE_FRACTION)),
-        wire.ENV_REPLY_WAIT: f"{session.reply_wait:g}",
-        wire.ENV_OUTPUT_LIMIT: str(KERNEL_OUTPUT_BYTES),
-    }
-    if session.restricted is not None:
-        env[wire.ENV_RESTRICTED] = json.dumps(sorted(session.restricted))
+    """The kernel's whole environment, the one a local sandbox's kernel gets with the same limits, less what only
+    a host-backed folder gives (no output log: the gate cannot read a file in the pod; no snapshot: the cluster
+    starts pods, runsc's checkpoints are not there)."""
+    limits = SandboxLimits(memory_bytes=session.memory_mb << 20)
+    env = sandbox_kernel_environment(limits, session.reply_wait, session.restricted, host_files=False)
     return dict(sorted(env.items()))
 
 

@@ -45,6 +45,7 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import CHANNELS, SandboxConfig
 from cellgate.gate.sandbox.cpuclock import CpuSource
+from cellgate.kernel import wire
 
 BACKENDS_GROUP = "cellgate.sandbox_backends"
 DEFAULT_BACKEND = "local"
@@ -77,13 +78,26 @@ class SandboxRequest:
     session_id: str  # the session it serves: for labels, owners and the record
     labels: Mapping[str, str] = field(default_factory=dict)  # more labels a backend may attach (tenant, ...)
 
-    def kernel_environment(self, python_path: Sequence[str]) -> dict[str, str]:
-        """The kernel's whole environment (an allowlist, never the host's), as a local sandbox gets it:
-        ``python_path`` holds where the ``cellgate.kernel`` package is in the sandbox; the ``tools`` package is
-        expected at ``oci.TOOLS_DIR``, the connection file at ``oci.CONNECTION_FILE``."""
+    def kernel_environment(self, python_path: Sequence[str], host_files: bool = True) -> dict[str, str]:
+        """The kernel's whole environment (``kernel_environment``) with this request's limits."""
         config = self.config
-        return dict(oci.parse_env(oci.environment(list(python_path), config.limits, config.reply_wait,
-                                                  config.restricted)))
+        return kernel_environment(config.limits, config.reply_wait, config.restricted, python_path, host_files)
+
+
+def kernel_environment(limits: oci.Limits, reply_wait: float, restricted: tuple[str, ...] | None,
+                       python_path: Sequence[str] = (), host_files: bool = True) -> dict[str, str]:
+    """The kernel's whole environment (an allowlist, never the host's), as a local sandbox gets it.
+
+    ``python_path`` holds where the ``cellgate.kernel`` package is in the sandbox, if not on the interpreter's
+    own path; the ``tools`` package is expected at ``oci.TOOLS_DIR``, the connection file at
+    ``oci.CONNECTION_FILE``. ``host_files=False`` (a kernel away from this host, e.g. in a pod) leaves out what
+    only a host-backed folder gives: the output log (``ENV_OUTPUT_LOG``: the gate reads it on the host) and the
+    snapshot's ready file (``ENV_SNAPSHOT_READY``: runsc's checkpoints are this host's).
+    """
+    env = dict(oci.parse_env(oci.environment(list(python_path), limits, reply_wait, restricted)))
+    if not host_files:
+        del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY]
+    return env
 
 
 SandboxState = Literal["running", "exited", "memory", "gone"]
