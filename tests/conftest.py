@@ -10,10 +10,10 @@ real gVisor sandbox), ``golden`` (snapshot comparisons) and ``browser``. A test 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +29,6 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.container import owner_alive, run_root
 from cellgate.gate.sandbox.runsc import find
 from cellgate.gate.testing import BlockingSession
 
@@ -97,9 +96,17 @@ def tier_of(path: Path) -> str:
     return folder
 
 
+@pytest.hookimpl(tryfirst=True)  # the markers are there for -m and for pytest-xdist's own hook (the groups)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(TIERS[tier_of(item.path)])
+        # scripts/test runs the suite on pytest-xdist workers with --dist loadgroup: one group's tests run on one
+        # worker, one after another. A file is a group of its own (its module's shared session starts once)
+        # unless it names one: "cpu" for the tests whose limits or bounds count CPU or wall time, so no two of
+        # them compete for the cores; the browser tier is one (one JupyterLab, one Chromium at a time).
+        if item.get_closest_marker("xdist_group") is None:
+            group = "browser" if tier_of(item.path) == "browser" else item.path.relative_to(TESTS).as_posix()
+            item.add_marker(pytest.mark.xdist_group(group))
         if "runsc" in getattr(item, "fixturenames", ()):
             item.add_marker("gvisor")
     # A test of what only root has (root_only) or only an ordinary user meets (ordinary_user) belongs to the
@@ -191,33 +198,36 @@ def runsc_sandboxes() -> list[str]:
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
-def sandbox_ids() -> set[str]:
-    return set(re.findall(r"\b(cg-[0-9a-f]{12})\b", "\n".join(runsc_sandboxes())))
-
-
-def leaked(sandbox_id: str) -> bool:
-    """A sandbox is leaked if this run owns it, or its owner is gone."""
-    try:
-        owner = json.loads((run_root() / sandbox_id / "owner.json").read_text())
-    except (OSError, ValueError):
-        return True  # processes without a run folder: nobody will reap them
-    return owner.get("pid") == os.getpid() or not owner_alive(owner)
-
-
 def token() -> str:
     return secrets.token_hex(8)
 
 
-_BEFORE: set[str] = set()
+def this_runs_folder(config: pytest.Config) -> Path:
+    """This run's temporary folder (pytest's basetemp; with pytest-xdist a worker's own is inside the whole
+    run's): every run folder of its sandboxes, its own run root included, is under it."""
+    return config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]  # pytest has no public getter
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _BEFORE.update(sandbox_ids())
+@pytest.fixture(scope="session", autouse=True)
+def own_run_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every run (each pytest-xdist worker) keeps its sandboxes' run folders, snapshot images and approval queue
+    in a run root of its own, never the machine's: another run's `doctor --clean`, image pruning or leftover
+    check cannot touch them, and the check below counts exactly this run's sandboxes."""
+    root = tmp_path_factory.mktemp("runroot")
+    root.chmod(0o700)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CELLGATE_RUN_ROOT", str(root))
+        yield root
+    shutil.rmtree(root / "images", ignore_errors=True)  # ~40 MB each; pytest keeps the last runs' folders
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """No runsc process that this run started may outlive it (other runs' sandboxes are theirs)."""
-    left = sorted(i for i in sandbox_ids() - _BEFORE if leaked(i))
+    """No runsc process that this run started may outlive it (other runs' sandboxes are theirs): runsc names
+    its state folder (``--root=``, inside a run folder) on its command line, and this run's are all inside
+    this run's folder. With pytest-xdist each worker checks its own and the controller all of them at the end."""
+    folder = f"{this_runs_folder(session.config)}/"
+    ours = [line for line in runsc_sandboxes() if folder in line]
+    left = sorted({found for line in ours for found in re.findall(r"\b(cg-[0-9a-f]{12})\b", line)} or ours)
     if left:
         print("\nrunsc sandboxes left after the suite: " + ", ".join(left))
         session.exitstatus = 1

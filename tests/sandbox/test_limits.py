@@ -11,6 +11,9 @@ import pytest
 from cellgate.gate.audit.show_json import json_view
 from cellgate.gate.sandbox import enforcement
 
+# CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
+pytestmark = pytest.mark.xdist_group("cpu")
+
 
 @pytest.fixture(scope="module")
 def limited(session_factory):

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
+pytestmark = pytest.mark.xdist_group("cpu")
+
 MEMORY_MB = 512
 PIDS = 128
 # How much this process (the gate, its relay and the recorder) may grow while a cell floods or exhausts.

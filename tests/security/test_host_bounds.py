@@ -28,6 +28,9 @@ from cellgate.gate.calls.approval import ApprovalRequest, describe_request
 from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
 
+# CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
+pytestmark = pytest.mark.xdist_group("cpu")
+
 TOOLS = Path(__file__).resolve().parents[1] / "tools" / "sample_tools.py"
 MAX_MESSAGE_MB = 16
 

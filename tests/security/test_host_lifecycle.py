@@ -23,6 +23,9 @@ from conftest import cellgate as run_cellgate
 
 from cellgate.gate.sandbox import mounts
 
+# CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
+pytestmark = pytest.mark.xdist_group("cpu")
+
 TOOLS = '''
 """Tools whose effects the test can see: each run appends a line to a file beside this module."""
 
