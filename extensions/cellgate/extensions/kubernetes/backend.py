@@ -20,6 +20,7 @@ from the gate's threads). Nothing read from the cluster is trusted beyond its sh
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -55,6 +56,7 @@ OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the 
 KINDS: tuple[type[Any], ...] = (Pod, Secret, ConfigMap, NetworkPolicy)
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
 REASON_LIMIT = 600  # characters of the cluster's own words kept in an error or a status
+MAX_EVENTS = 20  # a pod's latest events quoted when it never gets ready
 NETWORK = "pod network: no egress, ingress to the kernel's ports from the gate only (NetworkPolicy)"
 # What binds a kernel pod: the cluster's limits on the pod, under its RuntimeClass's runsc (for the record).
 LIMITS_ENFORCED = {
@@ -220,14 +222,14 @@ class KubernetesBackend(SandboxBackend):
     async def _reasons(self, client: AsyncClient, handle: KubernetesHandle) -> str:
         """Why a pod is not ready, in the cluster's words: its events (the latest last), else its conditions."""
         namespace, name = handle.session.namespace, handle.session.pod_name
-        said: list[str] = []
+        said: collections.deque[str] = collections.deque(maxlen=MAX_EVENTS)  # the latest; each bounded below
         try:
             async for event in client.list(Event, namespace=namespace,
                                                  fields={"involvedObject.name": name}):
-                said.append(f"{event.reason}: {event.message}")
+                said.append(f"{event.reason}: {event.message!s:.{REASON_LIMIT}}")
             pod = await client.get(Pod, name, namespace=namespace)
         except ApiError as exc:
-            return f"(its state could not be read: {exc.status.message})"
+            return f"(its state could not be read: {exc.status.message!s:.{REASON_LIMIT}})"
         status = pod.status
         if not said and status is not None:
             said = [f"{c.type}={c.status}" + (f" ({c.reason}: {c.message})" if c.reason else "")
@@ -267,13 +269,20 @@ class KubernetesBackend(SandboxBackend):
     def status(self, handle: SandboxHandle) -> SandboxStatus:
         return self._run(lambda client: self._status(client, self._handle(handle)))
 
-    async def _status(self, client: AsyncClient, handle: KubernetesHandle) -> SandboxStatus:
+    @staticmethod
+    async def _pod(client: AsyncClient, handle: KubernetesHandle) -> Pod | None:
+        """The session's pod as the cluster has it now; None once it is gone."""
         try:
-            pod = await client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
+            return await client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
         except ApiError as exc:
             if exc.status.code == 404:
-                return SandboxStatus("gone")
+                return None
             raise
+
+    async def _status(self, client: AsyncClient, handle: KubernetesHandle) -> SandboxStatus:
+        pod = await self._pod(client, handle)
+        if pod is None:
+            return SandboxStatus("gone")
         if pod.metadata is not None and pod.metadata.deletionTimestamp is not None:
             return self._ended(pod) or SandboxStatus("exited", None, "the pod is being deleted")
         return self._ended(pod) or SandboxStatus("running")
@@ -284,12 +293,9 @@ class KubernetesBackend(SandboxBackend):
 
     async def _wait(self, client: AsyncClient, handle: KubernetesHandle) -> SandboxStatus:
         while True:  # a watch the server ends is taken up again from the pod's state
-            try:
-                pod = await client.get(Pod, handle.session.pod_name, namespace=handle.session.namespace)
-            except ApiError as exc:
-                if exc.status.code == 404:
-                    return SandboxStatus("gone")
-                raise
+            pod = await self._pod(client, handle)
+            if pod is None:
+                return SandboxStatus("gone")
             ended = self._ended(pod)
             if ended is not None:
                 return ended
