@@ -232,9 +232,9 @@ class KubernetesBackend(SandboxBackend):
             return f"(its state could not be read: {exc.status.message!s:.{REASON_LIMIT}})"
         status = pod.status
         if not said and status is not None:
-            said = [f"{c.type}={c.status}" + (f" ({c.reason}: {c.message})" if c.reason else "")
-                    for c in status.conditions or []]
-            said.insert(0, f"phase {status.phase}")
+            said.append(f"phase {status.phase}")
+            said.extend(f"{c.type}={c.status}" + (f" ({c.reason}: {c.message!s:.{REASON_LIMIT}})" if c.reason else "")
+                        for c in status.conditions or [])
         text = "; ".join(dict.fromkeys(said)) or "the cluster gave no reason (no event, no condition)"
         return text[-REASON_LIMIT:]
 
