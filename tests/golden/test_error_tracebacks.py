@@ -9,7 +9,6 @@ runtime or concurrent.futures frame. ``help(tools.x)`` and ``tools.describe()`` 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import NORTHWIND, SAMPLE_TOOLS, SNAPSHOTS
 from jupyter_client import BlockingKernelClient
+from snapshot_files import matches_snapshot
 
 from cellgate.gate import SourceUnavailable
 from cellgate.gate.testing import FakeToolSource
@@ -78,17 +78,6 @@ def plain(traceback: list[str]) -> str:
     return re.sub(r"\bIn\[\d+\]", "In[N]", text).rstrip() + "\n"
 
 
-def matches_snapshot(name: str, text: str) -> None:
-    path = GOLDEN / f"{name}.txt"
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        pytest.fail(f"wrote snapshots/error_tracebacks/{path.name}; review `git diff tests/golden/snapshots`, then "
-                    "rerun without CELLGATE_UPDATE_SNAPSHOTS (a run that writes the snapshot never passes)")
-    assert path.is_file(), f"no snapshot {path.name}; write it with CELLGATE_UPDATE_SNAPSHOTS=1 and review it"
-    assert text == path.read_text(), f"{name} drifted from {path.name}; review, then rerun with CELLGATE_UPDATE_SNAPSHOTS=1"
-
-
 CASES = {
     # name: (cell, the error's class, the frames the user should see: one per line of "Cell In[N], line L")
     "failed": ("tools.explode('the ledger is locked')", "ToolError", [1]),
@@ -119,7 +108,7 @@ def test_a_failed_call_shows_the_users_frames_and_the_typed_error(frontend: Bloc
     frames = re.findall(r"^(?:Cell In\[N\], line (\d+)(?:, in .*)?|File .*)$", text, re.MULTILINE)
     assert frames == [str(line) for line in lines], text  # the user's frames only: no `File ...` of a stub or runtime
     assert "skipping hidden" not in text and text.endswith(f"\n{ename}: {error['evalue']}\n"), text
-    matches_snapshot(name, text)
+    matches_snapshot(GOLDEN / f"{name}.txt", text, name)
 
 
 def test_a_chained_error_keeps_the_users_frames_of_both(frontend: BlockingKernelClient) -> None:
@@ -131,7 +120,7 @@ def test_a_chained_error_keeps_the_users_frames_of_both(frontend: BlockingKernel
     frames = re.findall(r"^(?:Cell In\[N\], line \d+(?:, in .*)?|File .*)$", text, re.MULTILINE)
     assert len(frames) == 2 and all(frame.startswith("Cell In[N]") for frame in frames), text
     assert "ToolError: tool 'explode' failed: ValueError: no ink\n" in text
-    matches_snapshot("chained", text)
+    matches_snapshot(GOLDEN / "chained.txt", text, "chained")
 
 
 def test_the_full_traceback_stays_for_the_debugger(frontend: BlockingKernelClient) -> None:
@@ -150,4 +139,4 @@ def test_help_and_describe_read_like_python(frontend: BlockingKernelClient, name
     assert reply["status"] == "ok"
     assert "_t." not in stdout and "\\n" not in stdout
     assert "kind: Literal['follow_up', 'refund', 'escalate']" in stdout
-    matches_snapshot(name, stdout)
+    matches_snapshot(GOLDEN / f"{name}.txt", stdout, name)

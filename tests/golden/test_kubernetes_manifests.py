@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 import yaml
 from conftest import SNAPSHOTS
 from pydantic import ValidationError
+from snapshot_files import matches_snapshot
 
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.manifests import GatePeer, KernelKeys, KernelSession, Owner
@@ -49,17 +49,8 @@ def validate(obj: dict[str, Any]) -> None:
     kubernetes_validate.validate(obj, KUBERNETES, strict=True)
 
 
-def matches_snapshot(name: str, objects: list[dict[str, Any]]) -> None:
-    text = yaml.safe_dump_all(objects, sort_keys=False, width=120)
-    path = GOLDEN / name
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-        pytest.fail(f"wrote snapshots/kubernetes/{name}; review `git diff tests/golden/snapshots`, then rerun without "
-                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the snapshot never passes)")
-    assert path.is_file(), f"no snapshot {name}; write it with CELLGATE_UPDATE_SNAPSHOTS=1 and review it"
-    assert text == path.read_text(), f"the session's objects drifted from {name}; review, then rerun with " \
-                                     "CELLGATE_UPDATE_SNAPSHOTS=1"
+def matches_snapshot_yaml(name: str, objects: list[dict[str, Any]]) -> None:
+    matches_snapshot(GOLDEN / name, yaml.safe_dump_all(objects, sort_keys=False, width=120), "the session's objects")
 
 
 def test_a_sessions_objects_match_the_snapshot_and_the_kubernetes_schemas() -> None:
@@ -70,7 +61,7 @@ def test_a_sessions_objects_match_the_snapshot_and_the_kubernetes_schemas() -> N
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cellgate"
         assert obj["metadata"]["labels"]["cellgate.dev/session"] == "cg-0123456789ab"
         assert obj["metadata"]["ownerReferences"][0]["uid"] == "4b2d7c1e-0000-4000-8000-000000000001"
-    matches_snapshot("session.yaml", objects)
+    matches_snapshot_yaml("session.yaml", objects)
 
 
 def test_the_pod_is_gvisor_non_root_read_only_without_capabilities_token_or_service_links() -> None:

@@ -7,12 +7,12 @@ the terminal summary, one cell (``--cell``) and the JSON for scripts (``--json``
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from conftest import SNAPSHOTS, cellgate
 from review_runs import mixed_run
+from snapshot_files import matches_snapshot
 
 GOLDEN = SNAPSHOTS / "show"
 
@@ -26,17 +26,6 @@ def shown(*args: str) -> str:
     done = cellgate("show", *args, env={"COLUMNS": "120"}, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     return done.stdout
-
-
-def matches_snapshot(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("CELLGATE_UPDATE_SNAPSHOTS") == "1":
-        path.write_text(text)
-        pytest.fail(f"wrote snapshots/show/{name}; review `git diff tests/golden/snapshots`, then rerun without "
-                    "CELLGATE_UPDATE_SNAPSHOTS (a run that writes the snapshot never passes)")
-    assert path.is_file(), f"no snapshot {name}; write it with CELLGATE_UPDATE_SNAPSHOTS=1 and review it"
-    assert text == path.read_text(), f"`cellgate show` drifted from {name}; review, then rerun with " \
-                                     "CELLGATE_UPDATE_SNAPSHOTS=1"
 
 
 def test_show_summarises_every_cell_call_and_marker(notebook: Path) -> None:
@@ -54,7 +43,7 @@ def test_show_summarises_every_cell_call_and_marker(notebook: Path) -> None:
     assert "14 more calls of cell 10 not shown" in text
     assert "totals: 11 cells (5 not ok), 33 calls (allow: 27, invalid: 3, approval-denied: 1, approved: 1, deny: 1)" \
         in text
-    matches_snapshot("default.txt", text)
+    matches_snapshot(GOLDEN / "default.txt", text, "`cellgate show`")
 
 
 def test_show_one_cell_lists_its_program_and_every_call_when_asked(notebook: Path) -> None:
@@ -62,7 +51,7 @@ def test_show_one_cell_lists_its_program_and_every_call_when_asked(notebook: Pat
     assert "cell 10 ok  started 09:00:20.000, took 1.00 s, 24 calls" in text
     assert "    2 for n in items:" in text and "cell 9" not in text
     assert "kernel restarted (memory) before this cell" in text
-    matches_snapshot("cell.txt", text)
+    matches_snapshot(GOLDEN / "cell.txt", text, "`cellgate show`")
     every = shown(str(notebook), "--cell", "10", "--calls", "all")
     assert every.count("decision=") == 24 and "not shown" not in every
 
@@ -86,7 +75,7 @@ def test_show_json_is_the_documented_shape(notebook: Path) -> None:
     assert cells[5]["calls"][0]["error"]["exception"] == "ToolValidationError"
     assert (cells[10]["calls_total"], cells[10]["calls_left_out"], len(cells[10]["calls"])) == (24, 14, 10)
     assert text.isascii()  # every hidden character reaches a script escaped
-    matches_snapshot("show.json", text)
+    matches_snapshot(GOLDEN / "show.json", text, "`cellgate show`")
     one = json.loads(shown(str(notebook), "--json", "--cell", "3", "--calls", "all"))
     assert [c["cell"] for c in one["cells"]] == [3] and one["totals"] == data["totals"]
 
