@@ -245,7 +245,8 @@ def free_port() -> int:
 
 
 def serve_on_a_free_port(start: Callable[[int], subprocess.Popen[Any]], log: Path, what: str,
-                         seconds: float = 60, attempts: int = 3) -> tuple[int, subprocess.Popen[Any]]:
+                         seconds: float = 60, attempts: int = 3,
+                         host: str = "127.0.0.1") -> tuple[int, subprocess.Popen[Any]]:
     """Start a server (``start(port)``, writing to ``log``) on a port that was free a moment ago and wait until it
     accepts connections. Another process can take the port in between: when the log says so, start it again on a
     fresh port; any other exit, or no listener within ``seconds``, fails naming ``what`` and the log."""
@@ -255,7 +256,7 @@ def serve_on_a_free_port(start: Callable[[int], subprocess.Popen[Any]], log: Pat
         deadline = time.monotonic() + seconds
         while process.poll() is None:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection((host, port), timeout=1).close()
             except OSError:
                 if time.monotonic() > deadline:
                     process.kill()

@@ -312,7 +312,8 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
 
     def start(port: int) -> subprocess.Popen[str]:
         return subprocess.Popen([*CELLGATE, "mcp", "serve", "--config", str(tmp_path / "cellgate.toml"),
-                                 "--transport", "http", "--port", str(port), "--max-sessions", str(CONCURRENT)],
+                                 "--transport", "http", "--port", str(port), "--max-sessions", str(CONCURRENT),
+                                 "--allow-local-users"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, text=True)
 
     async def client_run(url: str, secret: str) -> tuple[str, str, str]:

@@ -85,7 +85,8 @@ def http_serve(tmp_path: Path, runsc: object) -> Iterator[str]:
     log = log_path.open("w")
 
     def start(port: int) -> subprocess.Popen[str]:
-        return subprocess.Popen([*SERVE, "--config", str(config), "--transport", "http", "--port", str(port)],
+        return subprocess.Popen([*SERVE, "--config", str(config), "--transport", "http", "--port", str(port),
+                                 "--allow-local-users"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, text=True)
 
     port, process = serve_on_a_free_port(start, log_path, "cellgate mcp serve --transport http")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 from typing import Any
+
+from .listen import in_url, local_users_refusal, loopback
 
 
 def add_parser(sub: Any) -> None:
@@ -17,6 +18,8 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1",
                        help="http: the address to listen on (other than loopback only with [mcp.auth])")
     serve.add_argument("--port", type=int, default=8000, help="http: the port (the endpoint is /mcp)")
+    serve.add_argument("--allow-local-users", action="store_true",
+                       help="http without [mcp.auth]: serve every local account (any local process can connect)")
     serve.add_argument("--certfile", help="http: serve HTTPS with this PEM certificate (chain); needs --keyfile")
     serve.add_argument("--keyfile", help="http: the PEM private key of --certfile")
     serve.add_argument("--max-sessions", type=int, default=8, help="sandboxed sessions at once")
@@ -25,13 +28,7 @@ def add_parser(sub: Any) -> None:
     serve.set_defaults(run=_serve)
 
 
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["add_parser", "loopback"]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -43,18 +40,19 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError("--max-sessions must be at least 1 and --idle-timeout above 0")
     config = find_config(args.config)
     settings = load_settings(config)
-    url = None
+    url, auth = None, settings.section("mcp", McpConfig).auth
     if args.transport == "http":
-        if settings.section("mcp", McpConfig).auth is None and not loopback(args.host):
-            where = f"{config} has no [mcp.auth]" if config else "no cellgate.toml was found (so no [mcp.auth])"
+        where = f"{config} has no [mcp.auth]" if config else "no cellgate.toml was found (so no [mcp.auth])"
+        if auth is None and not loopback(args.host):
             raise ConfigError(
                 f"--host {args.host} would let anyone who reaches it run code and call your tools with your "
                 f"credentials, and {where}; configure [mcp.auth] (JWT access tokens from your authorization server, "
-                "or static tokens in a file), or listen on 127.0.0.1")
+                "or static tokens in a file), or listen on 127.0.0.1 (with --allow-local-users)")
         if bool(args.certfile) != bool(args.keyfile):
             raise ConfigError("--certfile and --keyfile go together: give both to serve HTTPS, or neither")
-        host = f"[{args.host}]" if ":" in args.host else args.host
-        url = f"{'https' if args.certfile else 'http'}://{host}:{args.port}/mcp"
+        if auth is None and not args.allow_local_users:
+            raise ConfigError(local_users_refusal(args.host, args.port, where))
+        url = f"{'https' if args.certfile else 'http'}://{in_url(args.host)}:{args.port}/mcp"
     from .serve import build_server, run_http
 
     options = {"config": str(config) if config else None, "tools": args.tools, "isolation": args.isolation}
@@ -63,5 +61,5 @@ def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server.run("stdio")
     else:
-        run_http(server, args.host, args.port, args.certfile, args.keyfile)
+        run_http(server, args.host, args.port, args.certfile, args.keyfile, resource=auth.resource if auth else None)
     return 0

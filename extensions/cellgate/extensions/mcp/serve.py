@@ -44,6 +44,7 @@ from cellgate.kernel import runtime
 
 from .auth import Verifier, auth_settings, current_principal, load_tokens
 from .config import McpConfig
+from .listen import transport_security
 from .sessions import Sessions
 
 OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result; the notebook keeps everything
@@ -136,15 +137,17 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
     return server
 
 
-def run_http(server: MCPServer, host: str, port: int, certfile: str | None, keyfile: str | None) -> None:
-    """Streamable HTTP at /mcp, as ``server.run("streamable-http")`` serves it, plus HTTPS when given a certificate
-    (uvicorn's ``ssl_certfile``/``ssl_keyfile``)."""
+def run_http(server: MCPServer, host: str, port: int, certfile: str | None, keyfile: str | None,
+             resource: str | None = None) -> None:
+    """Streamable HTTP at /mcp, as ``server.run("streamable-http")`` serves it, with the Host/Origin checks of the
+    address bound (``listen.transport_security``), plus HTTPS when given a certificate (uvicorn's
+    ``ssl_certfile``/``ssl_keyfile``)."""
     import uvicorn
 
     for name, path in (("--certfile", certfile), ("--keyfile", keyfile)):
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{name} {path!r} is not a file; give the PEM file's path")
-    app = server.streamable_http_app(host=host)
+    app = server.streamable_http_app(host=host, transport_security=transport_security(host, resource))
     config = uvicorn.Config(app, host=host, port=port, log_level=server.settings.log_level.lower(),
                             ssl_certfile=certfile, ssl_keyfile=keyfile)
     anyio.run(uvicorn.Server(config).serve)

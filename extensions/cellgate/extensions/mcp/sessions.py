@@ -14,7 +14,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,21 @@ class _Entry:
     calls: int = 0
 
 
+Opener = Callable[[Principal | None], Awaitable[Session]]  # a started session for a principal (before it is claimed)
+
+
 class Sessions:
-    """Sandboxed sessions by handle."""
+    """Sandboxed sessions by handle.
+
+    No lock is held across a sandbox start or end: every check of a quota and the count it checks happen in one
+    step of the event loop (nothing between them awaits), and a session being started holds its place in the
+    counts (``_starting``) from before its start to its entry, or gives it back when the start fails. So one
+    principal's slow start never stalls another principal's calls, and the quotas are exact under concurrency.
+    """
 
     def __init__(self, options: dict[str, Any], single_client: bool, max_sessions: int, idle_timeout: float,
-                 pool_size: int = 0, quotas: McpQuotas | None = None) -> None:
+                 pool_size: int = 0, quotas: McpQuotas | None = None, opener: Opener | None = None) -> None:
+        """``opener`` starts a session for a principal (a test's hook); by default a warm pool's or a new one."""
         self.options = options
         self.pool_size = pool_size
         self.pool: Pool | None = None
@@ -53,10 +64,13 @@ class Sessions:
         self.max_sessions = max_sessions
         self.idle_timeout = idle_timeout
         self.quotas = quotas or McpQuotas()
+        self._opener = opener or self._open_sandbox
         self._entries: dict[str, _Entry] = {}
+        self._starting: Counter[Principal | None] = Counter()  # sessions being started, by owner
         self._calls: dict[Principal | None, deque[float]] = {}  # when each principal's calls of the last hour began
         self._default: str | None = None
-        self._lock = asyncio.Lock()
+        self._one_client = asyncio.Lock()  # stdio: the client's calls without a handle share its one session
+        self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -68,8 +82,11 @@ class Sessions:
                              **self.options, metadata={"pool": {"size": self.pool_size}})
             await self.pool.start()
 
+    async def _open_sandbox(self, owner: Principal | None) -> Session:
+        return await self.pool.acquire() if self.pool is not None else await Session(**self.options).start()
+
     async def _new_session(self, owner: Principal | None) -> Session:
-        session = await self.pool.acquire() if self.pool is not None else await Session(**self.options).start()
+        session = await self._opener(owner)
         if owner is not None:  # a pooled sandbox started before anyone asked: its owner is set when claimed
             session.claim(owner.name)
             session.recorder.event(PRINCIPAL_EVENT, sync=True, principal=owner.record())
@@ -96,33 +113,63 @@ class Sessions:
 
     async def admit(self, handle: str | None, owner: Principal | None) -> tuple[str, _Entry]:
         """The session one ``execute_python`` call runs in (a new one without a handle), within the quotas."""
-        async with self._lock:
-            await self._close_idle()
-            if handle is None and self.single_client and self._default in self._entries:
-                handle = self._default
-            if handle is not None:
-                entry = self._owned(handle, owner)
-                self._check_calls(entry, owner)
-            else:
-                self._check_calls(None, owner)
-                self._check_sessions(owner)
-                session = await self._new_session(owner)
-                handle = secrets.token_urlsafe(16)
-                entry = self._entries[handle] = _Entry(session, owner)
-                if self.single_client:
-                    self._default = handle
-            entry.used = time.monotonic()
+        await self._end_each(self._take_idle())  # their places are free now; only this call waits for the ends
+        if handle is None and self.single_client:
+            async with self._one_client:
+                if self._default not in self._entries:
+                    self._default = await self._open(owner)
+                    return self._default, self._entries[self._default]
+            handle = self._default
+        if handle is None:
+            handle = await self._open(owner)
+            return handle, self._entries[handle]
+        entry = self._owned(handle, owner)
+        self._check_calls(entry, owner)
+        self._count_call(entry, owner)
+        return handle, entry
+
+    async def _open(self, owner: Principal | None) -> str:
+        """A new session of ``owner``, its first call counted: its place and the call are taken before the start
+        (so concurrent admissions count them) and given back if the start fails."""
+        self._check_calls(None, owner)
+        self._check_sessions(owner)
+        began = self._count_call(None, owner)
+        self._starting[owner] += 1
+        try:
+            session = await self._new_session(owner)
+        except BaseException:
+            if began is not None:
+                self._calls[owner].remove(began)
+            raise
+        finally:
+            self._starting[owner] -= 1
+            if not self._starting[owner]:
+                del self._starting[owner]
+        if self._closed:  # the server stopped while it started
+            await self._end(session)
+            raise ToolError("this server is stopping; no new session was started")
+        handle = secrets.token_urlsafe(16)
+        self._entries[handle] = _Entry(session, owner, calls=1)
+        return handle
+
+    def _count_call(self, entry: _Entry | None, owner: Principal | None) -> float | None:
+        """Count one call (in ``entry``, and in the hour when a limit wants it); the hour's stamp, if kept."""
+        now = time.monotonic()
+        if entry is not None:
+            entry.used = now
             entry.calls += 1
-            if self.quotas.of(_name(owner)).calls_per_hour is not None:
-                self._calls.setdefault(owner, deque()).append(entry.used)
-            return handle, entry
+        if self.quotas.of(_name(owner)).calls_per_hour is None:
+            return None
+        self._calls.setdefault(owner, deque()).append(now)
+        return now
 
     def _check_sessions(self, owner: Principal | None) -> None:
-        if len(self._entries) >= self.max_sessions:
-            raise ToolError(f"this server already runs {len(self._entries)} sessions (--max-sessions "
+        running = len(self._entries) + sum(self._starting.values())
+        if running >= self.max_sessions:
+            raise ToolError(f"this server already runs or starts {running} sessions (--max-sessions "
                             f"{self.max_sessions}); close one with close_session, or try again later")
         limit = self.quotas.of(_name(owner)).sessions
-        mine = sum(1 for e in self._entries.values() if e.owner == owner)
+        mine = sum(1 for e in self._entries.values() if e.owner == owner) + self._starting[owner]
         if limit is not None and mine >= limit:
             raise ToolError(f"{_who(owner)} already has {mine} sessions open, the most allowed ([mcp.quotas] "
                             f"sessions = {limit}); pass the `session` of one of them, or end one with close_session")
@@ -145,30 +192,34 @@ class Sessions:
                             f"allowed ([mcp.quotas] calls_per_hour = {quota.calls_per_hour}); try again in "
                             f"{wait / 60:.0f} min")
 
-    async def _close_idle(self) -> None:
+    def _take_idle(self) -> list[Session]:
+        """The sessions unused for ``idle_timeout`` and not running a call, out of the table (to be ended)."""
         now = time.monotonic()
-        for handle in [h for h, e in self._entries.items() if now - e.used > self.idle_timeout and not e.lock.locked()]:
-            await self._end(self._entries.pop(handle).session)
+        idle = [h for h, e in self._entries.items() if now - e.used > self.idle_timeout and not e.lock.locked()]
+        return [self._entries.pop(handle).session for handle in idle]
+
+    async def _end_each(self, sessions: list[Session]) -> None:
+        for session in sessions:
+            try:
+                await self._end(session)
+            except Exception:  # noqa: BLE001 - one session's failed shutdown must not stop the others' or a call
+                _log.exception("closing an idle session failed")
 
     async def _sweep_idle(self) -> None:
         """An idle session's sandbox goes away on time, whether or not another call ever comes."""
         period = min(max(self.idle_timeout / 4, 0.25), 30.0)
         while True:
             await asyncio.sleep(period)
-            try:
-                async with self._lock:
-                    await self._close_idle()
-            except Exception:  # noqa: BLE001 - one session's failed shutdown must not stop the sweeping
-                _log.exception("closing an idle session failed")
+            await self._end_each(self._take_idle())
 
     async def close(self, handle: str, owner: Principal | None) -> None:
-        async with self._lock:
-            self._owned(handle, owner)
-            entry = self._entries.pop(handle)
+        self._owned(handle, owner)
+        entry = self._entries.pop(handle)
         async with entry.lock:
             await self._end(entry.session)
 
     async def close_all(self) -> None:
+        self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
