@@ -1,5 +1,7 @@
 """deploy/kubernetes/: every object validated against the Kubernetes OpenAPI schemas (kubernetes-validate, strict),
-and the files agreeing with each other and with the session objects the gate creates (``manifests``).
+and the files agreeing with each other and with the session objects the gate creates (``manifests``): the gate's
+Role reads no Secret and lives where only the kernels are, the gate's NetworkPolicy lets in only the namespaces the
+operator labels and out only to the kernels, DNS and the API server's own addresses.
 
 No kustomize binary comes from Debian, PyPI or npm; each file kustomization.yaml lists is validated on its own
 (`kubectl kustomize deploy/kubernetes` builds the whole where kubectl is installed; CI has no kustomize).
@@ -36,9 +38,23 @@ def one(kind: str, name: str | None = None) -> dict[str, Any]:
     return found
 
 
+GATE_NAMESPACE, KERNELS_NAMESPACE = "cellgate", "cellgate-kernels"
+CLUSTER_WIDE = {"Namespace", "RuntimeClass"}
+
+
 def test_the_kustomization_lists_every_file_and_only_files_that_exist() -> None:
-    assert KUSTOMIZATION["kind"] == "Kustomization" and KUSTOMIZATION["namespace"] == "cellgate"
+    assert KUSTOMIZATION["kind"] == "Kustomization"
     assert sorted(KUSTOMIZATION["resources"]) == FILES
+    # Each object names its namespace: a kustomization `namespace:` would move the kernels' objects into the gate's.
+    assert "namespace" not in KUSTOMIZATION
+    placed = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for file in FILES
+              for o in objects(file) if o["kind"] not in CLUSTER_WIDE}
+    assert set(placed.values()) == {GATE_NAMESPACE, KERNELS_NAMESPACE}, placed
+    assert {o["metadata"]["name"] for o in objects("namespace.yaml")} == {GATE_NAMESPACE, KERNELS_NAMESPACE}
+
+
+def gate_settings() -> dict[str, Any]:
+    return tomllib.loads(one("ConfigMap")["data"]["cellgate.toml"])
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -49,26 +65,95 @@ def test_each_file_is_valid_against_the_kubernetes_schemas(name: str) -> None:
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
 
 
-def test_gvisor_default_deny_and_a_restricted_namespace() -> None:
+def test_gvisor_default_deny_and_restricted_namespaces() -> None:
     assert one("RuntimeClass")["handler"] == "runsc" and one("RuntimeClass")["metadata"]["name"] == "gvisor"
-    deny = one("NetworkPolicy", "default-deny")
-    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    namespace = one("Namespace")
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    denies = [o for o in objects("default-deny.yaml") if o["metadata"]["name"] == "default-deny"]
+    assert {o["metadata"]["namespace"] for o in denies} == {GATE_NAMESPACE, KERNELS_NAMESPACE}
+    assert all(o["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]} for o in denies)
+    for namespace in objects("namespace.yaml"):
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_the_role_grants_only_what_the_backend_does_in_its_namespace() -> None:
-    role = one("Role")
-    granted = {resource: set(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
-    assert set(granted) == {"pods", "pods/status", "secrets", "configmaps", "networkpolicies", "events"}
-    assert granted["pods/status"] == granted["events"] - {"list", "watch"} == {"get"}
-    everything = set().union(*granted.values())
-    assert everything <= {"get", "list", "watch", "create", "delete"}
+def grants(role: dict[str, Any]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            found.setdefault(resource, set()).update(rule["verbs"])
+    return found
+
+
+def roles() -> dict[str, dict[str, Any]]:
+    """The Roles by namespace (one each)."""
+    found = [o for o in objects("role.yaml") if o["kind"] == "Role"]
+    by_namespace = {o["metadata"]["namespace"]: o for o in found}
+    assert len(by_namespace) == len(found)
+    return by_namespace
+
+
+def test_the_role_grants_only_what_the_backend_does_where_the_kernels_are() -> None:
+    assert set(roles()) == {GATE_NAMESPACE, KERNELS_NAMESPACE}
+    kernels, gate = grants(roles()[KERNELS_NAMESPACE]), grants(roles()[GATE_NAMESPACE])
+    assert set(kernels) == {"pods", "pods/status", "secrets", "configmaps", "networkpolicies", "events"}
+    assert kernels["pods/status"] == kernels["events"] - {"list", "watch"} == {"get"}
+    assert set().union(*kernels.values()) <= {"get", "list", "watch", "create", "delete"}
+    # Secrets: made and deleted by name, never read back: no get, list or watch of any Secret, anywhere.
+    assert kernels["secrets"] == {"create", "delete"}
+    # In the gate's namespace (its tokens, your tools' credentials): reading pods (is a gate pod still there?).
+    assert gate == {"pods": {"get"}}
     kinds = {o["kind"] for file in FILES for o in objects(file)}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
-    binding = one("RoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cellgate-gate", "namespace": "cellgate"}]
+    bindings = {o["metadata"]["namespace"]: o for o in objects("rolebinding.yaml")}
+    assert set(bindings) == set(roles())
+    for namespace, binding in bindings.items():
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": roles()[namespace]["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cellgate-gate",
+                                        "namespace": GATE_NAMESPACE}]
+
+
+def test_the_kernels_namespace_holds_no_secret_of_the_gate() -> None:
+    """Whoever may create pods in a namespace can mount its every Secret: the gate's are where it creates none."""
+    settings = gate_settings()["kubernetes"]
+    assert settings["namespace"] == KERNELS_NAMESPACE == roles()[KERNELS_NAMESPACE]["metadata"]["namespace"]
+    assert settings["gate_namespace"] == one("Deployment")["metadata"]["namespace"] == GATE_NAMESPACE
+    assert not [o for file in FILES for o in objects(file)
+                if o["kind"] == "Secret" and o["metadata"].get("namespace") != GATE_NAMESPACE]
+    assert [v["name"] for v in one("Deployment")["spec"]["template"]["spec"]["volumes"] if "secret" in v] \
+        == ["mcp-tokens"]  # mounted from the gate's own namespace (a pod mounts only its namespace's Secrets)
+
+
+def peer_is_named(peer: dict[str, Any]) -> bool:
+    """A peer that names who: labels of namespaces or pods, never an empty selector (= everything)."""
+    selectors = [peer[key] for key in ("namespaceSelector", "podSelector") if key in peer]
+    return bool(selectors) and all(s.get("matchLabels") or s.get("matchExpressions") for s in selectors)
+
+
+def test_only_the_namespaces_the_operator_labels_reach_the_gate() -> None:
+    policy = one("NetworkPolicy", "cellgate-gate")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    for rule in policy["ingress"]:
+        assert rule.get("from"), f"an ingress rule without `from` admits every source: {rule}"
+        assert all(peer_is_named(peer) for peer in rule["from"]), rule
+    (mcp,) = policy["ingress"]
+    assert mcp["from"] == [{"namespaceSelector": {"matchLabels": {"cellgate.dev/mcp-clients": "true"}}}]
+    assert mcp["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_the_gate_reaches_only_the_kernels_dns_and_the_api_servers_addresses() -> None:
+    policy = one("NetworkPolicy", "cellgate-gate")["spec"]
+    for rule in policy["egress"]:
+        assert rule.get("to"), f"an egress rule without `to` reaches everywhere: {rule}"
+        for peer in rule["to"]:
+            if "ipBlock" in peer:
+                assert peer["ipBlock"]["cidr"].endswith("/32") and "except" not in peer["ipBlock"], peer
+            else:
+                assert peer_is_named(peer), peer
+        assert rule.get("ports"), f"an egress rule without ports reaches every port: {rule}"
+    by_port = {port["port"]: rule for rule in policy["egress"] for port in rule["ports"]}
+    assert [peer["ipBlock"]["cidr"] for peer in by_port[6443]["to"]] == ["192.0.2.1/32"]  # to be replaced
+    assert by_port[443] is by_port[6443]
+    assert by_port[53]["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                  "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
 
 
 def test_the_gate_serves_mcp_over_http_with_the_kubernetes_backend_and_journals_on_the_volume() -> None:
@@ -84,7 +169,7 @@ def test_the_gate_serves_mcp_over_http_with_the_kubernetes_backend_and_journals_
     assert mounts[str(Path(config_path).parent)] == "config"
     config_map = one("ConfigMap")
     assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
-    settings = tomllib.loads(config_map["data"][Path(config_path).name])
+    settings = gate_settings()
     assert settings["sandbox"]["backend"] == "kubernetes"
     # Not on 127.0.0.1, so [mcp.auth] is required (mcp serve refuses otherwise); its tokens from a mounted Secret.
     auth = McpConfig.model_validate(settings["mcp"]).auth
@@ -98,17 +183,25 @@ def test_the_gate_serves_mcp_over_http_with_the_kubernetes_backend_and_journals_
 
 
 def test_the_gates_policy_reaches_exactly_the_kernel_pods_the_gate_creates() -> None:
-    session = manifests.KernelSession(session_id="cg-0123456789ab", namespace="cellgate", image="cellgate/kernel",
-                                      gate=manifests.GatePeer(pod_labels={"app.kubernetes.io/name": "cellgate-gate"}))
+    settings = gate_settings()["kubernetes"]
+    session = manifests.KernelSession(session_id="cg-0123456789ab", namespace=settings["namespace"],
+                                      image="cellgate/kernel",
+                                      gate=manifests.GatePeer(pod_labels=settings["gate_pod_labels"],
+                                                              namespace=settings["gate_namespace"]))
     kernel_labels = manifests.kernel_pod(session, [])["metadata"]["labels"]
-    gate_labels = one("Deployment")["spec"]["template"]["metadata"]["labels"]
-    # The session's NetworkPolicy admits the gate's pods ...
-    assert session.gate.pod_labels.items() <= gate_labels.items()
-    # ... and the gate's own policy lets it reach the kernel pods' ports, and those only among pods.
+    deployment = one("Deployment")
+    gate_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    # The session's NetworkPolicy admits the gate's pods, in the gate's namespace ...
+    (peer,) = manifests.network_policy(session)["spec"]["ingress"][0]["from"]
+    assert peer["podSelector"]["matchLabels"].items() <= gate_labels.items()
+    assert peer["namespaceSelector"] == {"matchLabels": {
+        "kubernetes.io/metadata.name": deployment["metadata"]["namespace"]}}
+    # ... and the gate's own policy lets it reach the kernel pods' ports, in the kernels' namespace only.
     policy = one("NetworkPolicy", "cellgate-gate")["spec"]
     assert policy["podSelector"]["matchLabels"].items() <= gate_labels.items()
-    (to_kernels,) = [rule for rule in policy["egress"] if any("podSelector" in peer and "namespaceSelector" not in peer
-                                                              for peer in rule.get("to", []))]
+    (to_kernels,) = [rule for rule in policy["egress"] if any(
+        peer.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": session.namespace}
+        for peer in rule["to"])]
     assert to_kernels["to"][0]["podSelector"]["matchLabels"].items() <= kernel_labels.items()
     (ports,) = to_kernels["ports"]
     assert (ports["port"], ports["endPort"]) == (min(manifests.PORTS.values()), max(manifests.PORTS.values()))

@@ -21,12 +21,14 @@ from typing import Any
 import kubernetes_validate
 import nbformat
 import pytest
+import yaml
 import zmq
-from conftest import CELLGATE, NORTHWIND, SAMPLE_TOOLS, cellgate, serve_on_a_free_port
+from conftest import CELLGATE, NORTHWIND, ROOT, SAMPLE_TOOLS, cellgate, serve_on_a_free_port
 from jupyter_client import BlockingKernelClient
 from kube.cluster import NAMESPACE, FakeCluster, fake_cluster
 from mcp import Client
 
+from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
 from cellgate.gate import SandboxError, SandboxRequest, SandboxUnavailable, load_settings
@@ -348,3 +350,49 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
     assert len(hosts) == CONCURRENT and len(during) >= CONCURRENT  # one pod (its own hostname) per session
     assert warm <= hosts  # the warm pool's pods went to sessions, each to one
     assert not {o["metadata"]["name"] for o in cluster.objects("pods")} - before  # all deleted with the server
+
+
+VERBS = {("POST", False): "create", ("DELETE", True): "delete", ("GET", True): "get", ("GET", False): "list",
+         ("PUT", True): "update", ("PATCH", True): "patch", ("DELETE", False): "deletecollection"}
+
+
+def asked(path: str, method: str) -> tuple[str, str, str]:
+    """(namespace, resource, RBAC verb) of one request (a watch is a collection GET: counted as list)."""
+    parts = path.strip("/").split("/")
+    at = parts.index("namespaces")
+    namespace, rest = parts[at + 1], parts[at + 2:]
+    resource = "/".join([rest[0], *rest[2:]])  # pods, or pods/status
+    return namespace, resource, VERBS[(method, len(rest) > 1)]
+
+
+def test_the_backend_asks_only_what_the_deployed_role_grants_and_never_reads_a_secret(
+        cluster: FakeCluster, backend: KubernetesBackend, kernel: KubernetesHandle,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything this module's backends asked the API server for (a session of a gate pod that is gone, then its
+    reap, at least), checked against deploy/kubernetes/role.yaml: the kernels' Role where the kernels are, the
+    gate's own namespace's for the gate pod it looks up. An orphan's Secret is deleted by name, never listed."""
+    gone = {"name": "cellgate-gate-5f7d9-gone", "uid": "0f0f0f0f-0000-4000-8000-00000000dead",
+            "namespace": "cellgate-gate-ns"}
+    monkeypatch.setattr(kubernetes_backend, "gate_owner", lambda: {"host": "another-node", "pid": 1, "start": "1",
+                                                                   "pod": gone})
+    orphan = backend.start(request())
+    monkeypatch.undo()
+    assert cluster.api.store.get("secrets", NAMESPACE, orphan.session.secret_name) is not None
+    reaped = backend.reap()
+    roles = {o["metadata"]["namespace"]: o for o in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" /
+                                                                          "role.yaml").read_text())}
+    granted: dict[tuple[str, str], set[str]] = {}
+    for namespace, role in roles.items():
+        where = NAMESPACE if namespace == "cellgate-kernels" else gone["namespace"]  # the fake's names for them
+        for rule in role["rules"]:
+            for resource in rule["resources"]:
+                granted.setdefault((where, resource), set()).update(rule["verbs"])
+    requests = [asked(path, method) for method, path in cluster.api.requests]
+    beyond = sorted({r for r in requests if r[2] not in granted.get(r[:2], set())})
+    assert not beyond, f"the backend asked for what deploy/kubernetes/role.yaml does not grant: {beyond}"
+    assert (gone["namespace"], "pods", "get") in requests  # the gate pod looked up, in its own namespace
+    assert {verb for _, resource, verb in requests if resource == "secrets"} == {"create", "delete"}
+    assert reaped == [orphan.id]
+    for kind in ("pods", "secrets", "configmaps", "networkpolicies"):
+        labels = [o["metadata"]["labels"].get(manifests.SESSION_LABEL) for o in cluster.objects(kind)]
+        assert orphan.id not in labels and kernel.id in labels, (kind, labels)  # a live gate's objects stay

@@ -2,7 +2,8 @@
 
 One session runs the Northwind program, a call the policy denies, calls with secret arguments and results (with
 content capture on), and a tool that reports the trace context it runs in; it is closed before the tests look,
-so its session span has ended.
+so its session span has ended. A second session, with content capture off (the default), fails in every way a
+call or a cell can, with private text in each failure, and none of it may reach an exported span.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SENDER_TRACE = "5ce0e9a56015fec5aadfa328ae398115"
 SENDER = f"00-{SENDER_TRACE}-ab3e8c7b4b2d9a10-01"  # an MCP request's trace, say, for one cell
 
 
-def config(folder: Path) -> Path:
+def config(folder: Path, capture: bool = True) -> Path:
     northwind = (NORTHWIND / "cellgate.toml").read_text().replace('approver = "queue"', 'approver = "deny"')
     northwind = northwind.replace('modules = ["tools.py"]', f'modules = ["{NORTHWIND / "tools.py"}", '
                                   f'"{SAMPLE_TOOLS}", "{TOOLS / "traced.py"}"]')
@@ -41,7 +42,7 @@ def config(folder: Path) -> Path:
     path.write_text(northwind + '\n[policy.tools.fetch_invoice]\ndecision = "allow"\nsecrets = ["api_key"]\n\n'
                     '[policy.tools.issue_token]\ndecision = "allow"\n\n'
                     '[policy.tools.outgoing_traceparent]\ndecision = "allow"\n\n'
-                    '[otel]\nenabled = true\ncapture_content = true\n')
+                    '[otel]\nenabled = true\n' + ("capture_content = true\n" if capture else ""))
     return path
 
 
@@ -62,6 +63,7 @@ def telemetry() -> tuple[InMemorySpanExporter, InMemoryMetricReader]:
 def run(telemetry, runsc, tmp_path_factory) -> dict[str, Any]:
     spans, numbers = telemetry
     folder = tmp_path_factory.mktemp("otel")
+    before = len(spans.get_finished_spans())  # only this session's spans, whatever ran before it
     box = BlockingSession(config=config(folder), tools=[], notebook=folder / "run.ipynb", cwd=folder,
                           traceparent=CALLER).start()
     try:
@@ -76,8 +78,37 @@ def run(telemetry, runsc, tmp_path_factory) -> dict[str, Any]:
         journal = box.session.notebook_path.with_name("run.journal.jsonl")
     finally:
         box.close()
-    return {"results": results, "spans": list(spans.get_finished_spans()), "metrics": numbers.get_metrics_data(),
+    return {"results": results, "spans": list(spans.get_finished_spans())[before:],
+            "metrics": numbers.get_metrics_data(),
             "journal": [json.loads(line) for line in journal.read_text().splitlines()]}
+
+
+# Private text in each way a session can fail, and in a result: none of it may leave in a span without capture.
+PRIVATE = {
+    "invalid": ("print(tools.add('alice.private@example.com'))", "alice.private@example.com"),
+    "failed": ("tools.explode('explode-private-reason')", "explode-private-reason"),
+    "denied": ("tools.create_task('order-private-77', 'refund')", "order-private-77"),
+    "cell": ("raise RuntimeError('cell-private-traceback')", "cell-private-traceback"),
+    "output": ("print(tools.echo('echo-private-output'))", "echo-private-output"),
+}
+
+
+@pytest.fixture(scope="module")
+def quiet(telemetry, run, runsc, tmp_path_factory) -> dict[str, Any]:
+    """A session with ``capture_content`` off, the spans it exported and what each cell returned (after ``run``,
+    whose metrics are the process's counters when it ended)."""
+    spans, _ = telemetry
+    folder = tmp_path_factory.mktemp("otel-quiet")
+    allowed = "".join(f'[policy.tools.{name}]\ndecision = "allow"\n\n' for name in ("add", "explode", "echo"))
+    path = config(folder, capture=False)
+    path.write_text(path.read_text().replace("[otel]", allowed + "[otel]"))
+    before = len(spans.get_finished_spans())
+    box = BlockingSession(config=path, tools=[], notebook=folder / "run.ipynb", cwd=folder).start()
+    try:
+        results = {name: box.execute(code) for name, (code, _) in PRIVATE.items()}
+    finally:
+        box.close()
+    return {"results": results, "spans": list(spans.get_finished_spans())[before:]}
 
 
 def cell_span(run: dict[str, Any], name: str) -> ReadableSpan:
@@ -132,6 +163,7 @@ def test_a_denied_call_carries_the_rule_the_approver_and_error_type(run) -> None
     assert span.attributes["cellgate.decision"] == "approval-denied"
     assert span.attributes["cellgate.approver"] == "deny"
     assert span.status.status_code == trace.StatusCode.ERROR
+    assert span.status.description.startswith("tool 'create_task' was denied")  # the message: content is captured
     (event,) = [e for e in span.events if e.name == "cellgate.approval"]
     assert event.attributes["cellgate.approver"] == "deny" and event.attributes["cellgate.approval.wait_s"] >= 0
     assert cell_span(run, "denied").attributes["error.type"] == "error"
@@ -200,12 +232,14 @@ def test_metrics_count_calls_cells_and_sandbox_starts(run) -> None:
 
 def test_the_agent_loops_model_turns_are_chat_spans_with_token_usage(telemetry, run, runsc, tmp_path: Path) -> None:
     spans, _ = telemetry
+    before = len(spans.get_finished_spans())
     config = f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n[policy]\ndefault = "allow"\n[otel]\nenabled = true\n'
     script = [reply(tool_use("execute_python", {"code": "print(tools.add(40, 2))"})), reply(text("42"))]
     agent, _, notebook = run_agent(tmp_path, script, config=config, tools=())
     assert agent.ended == "end_turn" and agent.final_text == "42"
-    (session,) = [s for s in spans.get_finished_spans() if s.name == "cellgate session" and s not in run["spans"]]
-    mine = [s for s in spans.get_finished_spans() if s.context.trace_id == session.context.trace_id]
+    exported = list(spans.get_finished_spans())[before:]
+    (session,) = [s for s in exported if s.name == "cellgate session"]
+    mine = [s for s in exported if s.context.trace_id == session.context.trace_id]
     chats = sorted((s for s in mine if s.name == "chat claude-test"), key=lambda s: s.start_time)
     assert len(chats) == 2 and all(s.parent.span_id == session.context.span_id for s in chats)
     turns = json.loads(notebook.read_text())["metadata"]["cellgate"]["agent"]["turns"]
@@ -216,3 +250,26 @@ def test_the_agent_loops_model_turns_are_chat_spans_with_token_usage(telemetry, 
         assert chat.attributes["gen_ai.usage.output_tokens"] == turn["usage"]["output_tokens"]
     assert chats[0].attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
     assert [s.name for s in mine if s.name.startswith("execute_tool")] == ["execute_tool add"]
+
+
+def test_without_content_capture_no_span_carries_arguments_error_text_or_results(quiet) -> None:
+    results = quiet["results"]
+    assert [results["invalid"].calls[0].error["kind"], results["failed"].calls[0].error["kind"],
+            results["denied"].calls[0].decision] == ["invalid", "failed", "approval-denied"]
+    assert "alice.private@example.com" in results["invalid"].calls[0].error["message"]  # the journal has it
+    assert results["cell"].status == "error" and results["output"].stdout == "echo-private-output\n"
+    (session,) = [s for s in quiet["spans"] if s.name == "cellgate session"]
+    mine = [s for s in quiet["spans"] if s.context.trace_id == session.context.trace_id]
+    exported = json.dumps([[s.name, dict(s.attributes), [[e.name, dict(e.attributes)] for e in s.events],
+                            s.status.description] for s in mine], default=str)
+    for name, (_, private) in PRIVATE.items():
+        assert private not in exported, f"the {name} case's private text reached a span: {exported}"
+    calls = {s.attributes["gen_ai.tool.name"]: s for s in mine if s.name.startswith("execute_tool ")}
+    assert set(calls) == {"add", "explode", "create_task", "echo"}
+    for span in calls.values():
+        assert not {"gen_ai.tool.call.arguments", "gen_ai.tool.call.result"} & set(span.attributes)
+    for tool, kind in (("add", "invalid"), ("explode", "failed"), ("create_task", "denied")):
+        span = calls[tool]  # the error's kind only: its type, as the status's description too
+        assert span.attributes["error.type"] == kind
+        assert (span.status.status_code, span.status.description) == (trace.StatusCode.ERROR, kind)
+    assert not [e for s in mine for e in s.events if e.name == "exception"]

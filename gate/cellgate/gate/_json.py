@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,22 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def write_atomically(path: Path, text: str, durable: bool = True) -> None:
-    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too."""
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+def write_atomically(path: Path, text: str, durable: bool = True, *, folder_fd: int | None = None) -> None:
+    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too.
+
+    ``folder_fd``: the folder already open (``path``'s name is written in it, whatever its path leads to now):
+    a folder checked once stays the one written to (``audit.owned``)."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if folder_fd is None else folder_fd
+    try:
+        _write_in(folder, path.name, text, durable)
+    finally:
+        if folder_fd is None:
+            os.close(folder)
+
+
+def _write_in(folder: int, name: str, text: str, durable: bool) -> None:
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -46,14 +58,12 @@ def write_atomically(path: Path, text: str, durable: bool = True) -> None:
                 handle.flush()
                 os.fsync(handle.fileno())
         failpoint("notebook-write")
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
         raise
-    if not durable:
-        return
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if durable:
+        os.fsync(folder)

@@ -9,9 +9,16 @@ the pod; a container ``OOMKilled`` is status ``memory``; a pod that does not get
 naming the reasons from its events and conditions, after its objects are deleted.
 
 Every object carries ``app.kubernetes.io/managed-by: cellgate`` and an annotation naming the gate process that
-made it (host, pid, start time). ``reap`` deletes the objects of this host's gate processes that are gone; in a
-cluster the gate's own pod (``CELLGATE_POD_NAME``/``CELLGATE_POD_UID``, from the downward API) is also each object's
-owner, so the cluster's garbage collector deletes them with it.
+made it (host, pid, start time; in a cluster also the gate's pod: ``CELLGATE_POD_NAME``/``CELLGATE_POD_UID``/
+``CELLGATE_POD_NAMESPACE``, from the downward API). ``reap`` deletes the objects whose gate is gone: a process of
+this host that ended, or a gate pod the cluster no longer has (that pod's uid not found by name). When the gate's
+pod is in the kernels' namespace it is also each object's owner, so the garbage collector deletes them with it;
+Kubernetes has no owner across namespaces (the collector would delete such objects at once), so a gate in a
+namespace of its own leaves that to ``reap``.
+
+The backend never reads a Secret: it creates the connection Secret and deletes it by name (the gate's Role grants
+``create`` and ``delete`` on Secrets, not ``get``, ``list`` or ``watch``); ``reap`` finds a session's Secret
+through the session's other objects (the NetworkPolicy is created before the Secret and deleted after it).
 
 The client is lightkube's async one, on a loop of the backend's own (the seam's methods block and are called
 from the gate's threads). Nothing read from the cluster is trusted beyond its shape: reasons are bounded.
@@ -53,7 +60,7 @@ from cellgate.gate import (
 
 T = TypeVar("T")
 OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the gate process that made the object
-KINDS: tuple[type[Any], ...] = (Pod, Secret, ConfigMap, NetworkPolicy)
+LISTED: tuple[type[Any], ...] = (Pod, ConfigMap, NetworkPolicy)  # what reap lists: never a Secret
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
 REASON_LIMIT = 600  # characters of the cluster's own words kept in an error or a status
 MAX_EVENTS = 20  # a pod's latest events quoted when it never gets ready
@@ -78,8 +85,18 @@ def process_start(pid: int) -> str | None:
     return text.rpartition(")")[2].split()[19]
 
 
+def gate_pod() -> dict[str, str] | None:
+    """The gate's own pod (the downward API's environment), or None outside a cluster."""
+    found = {key: os.environ.get(f"CELLGATE_POD_{key.upper()}", "") for key in ("name", "uid", "namespace")}
+    return found if all(found.values()) else None
+
+
 def gate_owner() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    owner: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    pod = gate_pod()
+    if pod is not None:
+        owner["pod"] = pod
+    return owner
 
 
 def owner_gone(owner: dict[str, Any]) -> bool:
@@ -87,6 +104,18 @@ def owner_gone(owner: dict[str, Any]) -> bool:
     if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
         return False
     return process_start(owner["pid"]) != owner.get("start")
+
+
+async def pod_gone(client: AsyncClient, owner: dict[str, Any]) -> bool:
+    """Whether the gate pod an object names is gone: no pod of that name, or one with another uid."""
+    pod = owner.get("pod")
+    if not (isinstance(pod, dict) and all(isinstance(pod.get(key), str) for key in ("name", "uid", "namespace"))):
+        return False
+    try:
+        found = await client.get(Pod, pod["name"], namespace=pod["namespace"])
+    except ApiError as exc:
+        return exc.status.code == 404  # anything else (e.g. not allowed to look): not ours to judge
+    return found.metadata is None or found.metadata.uid != pod["uid"]
 
 
 class KubernetesHandle(SandboxHandle):
@@ -150,8 +179,9 @@ class KubernetesBackend(SandboxBackend):
     # ------------------------------------------------------------------ start
     def _session(self, request: SandboxRequest) -> manifests.KernelSession:
         box, config = self.settings.sandbox, self.config
-        pod_name, pod_uid = os.environ.get("CELLGATE_POD_NAME"), os.environ.get("CELLGATE_POD_UID")
-        owner = manifests.Owner(name=pod_name, uid=pod_uid) if pod_name and pod_uid else None
+        pod = gate_pod()  # an owner only in its own namespace: the collector deletes a dependent of another's
+        owner = manifests.Owner(name=pod["name"], uid=pod["uid"]) if pod and pod["namespace"] == config.namespace \
+            else None
         return manifests.KernelSession(
             session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=config.image,
             runtime_class=config.runtime_class,
@@ -365,21 +395,32 @@ class KubernetesBackend(SandboxBackend):
         return self._run(self._reap)
 
     async def _reap(self, client: AsyncClient) -> list[str]:
-        """Delete every object labelled as cellgate's whose gate process (of this host) is gone."""
+        """Delete every object labelled as cellgate's whose gate (a process of this host, or a pod) is gone, and
+        the connection Secret of each such session, by name (Secrets are never listed)."""
         namespace = self.config.namespace
         orphans: list[tuple[type[Any], str, str]] = []
         sessions: set[str] = set()
-        for kind in KINDS:
+        pods: dict[str, bool] = {}  # gone, by the gate pod's annotation (one lookup per gate pod)
+        for kind in LISTED:
             async for obj in client.list(kind, namespace=namespace, labels=dict(manifests.MANAGED_BY)):
                 meta = obj.metadata
                 try:
                     owner = json.loads((meta.annotations or {}).get(OWNER_ANNOTATION, "{}"))
                 except ValueError:
                     continue  # not ours to judge
-                if isinstance(owner, dict) and owner_gone(owner):
+                if not isinstance(owner, dict):
+                    continue
+                seen = json.dumps(owner.get("pod"), sort_keys=True)
+                if seen not in pods:
+                    pods[seen] = await pod_gone(client, owner)
+                if owner_gone(owner) or pods[seen]:
                     orphans.append((kind, meta.name, namespace))
                     sessions.add((meta.labels or {}).get(manifests.SESSION_LABEL, meta.name))
-        await self._delete_all(client, orphans)
+        secrets_of = [(Secret, manifests.connection_secret_name(session), namespace) for session in sorted(sessions)
+                      if manifests.is_session_id(session)]
+        # The policies last: a reap cut short still finds the sessions (and their Secrets) through them.
+        last = [o for o in orphans if o[0] is NetworkPolicy]
+        await self._delete_all(client, [*(o for o in orphans if o[0] is not NetworkPolicy), *secrets_of, *last])
         return sorted(sessions)
 
     @override

@@ -117,7 +117,7 @@ class KernelSession(StrictModel):
     @field_validator("session_id")
     @classmethod
     def _session_id(cls, value: str) -> str:
-        if len(value) > 40 or not _DNS_LABEL.match(value):
+        if not is_session_id(value):
             raise ValueError(f"session id {value!r} must be a DNS label of at most 40 characters (lowercase "
                              "letters, digits and -): it names the session's pod, Secret, ConfigMap and NetworkPolicy")
         return value
@@ -143,7 +143,7 @@ class KernelSession(StrictModel):
 
     @property
     def secret_name(self) -> str:
-        return f"cellgate-conn-{self.session_id}"
+        return connection_secret_name(self.session_id)
 
     @property
     def config_map_name(self) -> str:
@@ -156,6 +156,16 @@ class KernelSession(StrictModel):
     def selector(self) -> dict[str, str]:
         """The labels that pick this session's objects (``kubectl get pods -l``)."""
         return {**MANAGED_BY, SESSION_LABEL: self.session_id}
+
+
+def is_session_id(value: str) -> bool:
+    """A DNS label of at most 40 characters: what names a session's objects."""
+    return len(value) <= 40 and bool(_DNS_LABEL.match(value))
+
+
+def connection_secret_name(session_id: str) -> str:
+    """The session's connection Secret, found by this name alone (the gate never lists Secrets)."""
+    return f"cellgate-conn-{session_id}"
 
 
 class KernelKeys(StrictModel):

@@ -28,8 +28,9 @@ class OtelSettings(StrictModel):
         "default. Unused when the application has set its own tracer provider"))
     service_name: str | None = Field(default=None, description="default: OTEL_SERVICE_NAME, else \"cellgate\"")
     capture_content: bool = Field(default=False, description=(
-        "record tool arguments and results on execute_tool spans, as the audit journal keeps them (redacted, "
-        "secrets as digests or markers); off by default"))
+        "record tool arguments, results and error messages on execute_tool spans, as the audit journal keeps "
+        "them (redacted, secrets as digests or markers); off by default: a span then carries no content, a "
+        "failure only its error kind"))
 
     def wanted(self) -> bool:
         """Read at each session's start (the ``cellgate.gate.telemetry`` protocol)."""

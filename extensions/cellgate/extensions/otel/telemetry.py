@@ -5,9 +5,12 @@ One trace per session: the session's span (continuing a caller's
 variable), a span per cell under it, an ``execute_tool {tool}`` span per
 gated call under its cell. A call's span carries the policy's own decision,
 rule, approver and outcome (``cellgate.*``) and ``error.type`` when it failed;
-the tool runs in the span's context. Arguments and results are added only
-with ``[otel] capture_content = true``, and then as the journal keeps them:
-redacted, secrets as digests or markers.
+the tool runs in the span's context. Arguments, results and error messages
+are added only with ``[otel] capture_content = true``, and then as the journal
+keeps them: redacted, secrets as digests or markers. Without it a span holds
+no content anywhere (attributes, events, status): a failure is its error kind
+(``cellgate.kernel.wire.ErrorKind``, a closed set) and nothing of its message,
+which quotes argument values and the tool's own exception text.
 """
 
 from __future__ import annotations
@@ -112,7 +115,8 @@ class OtelCall(CallSpan):
                 span.set_attribute("gen_ai.tool.call.result", _json(record.result))
         if not record.ok:
             span.set_attribute("error.type", outcome)
-            span.set_status(Status(StatusCode.ERROR, str(error.get("message", outcome))[:1000]))
+            described = str(error.get("message", outcome))[:1000] if self.capture else outcome
+            span.set_status(Status(StatusCode.ERROR, described))
         span.end()
         common = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": record.tool}
         self.instruments.tool_duration.record(record.duration_ms / 1000, {

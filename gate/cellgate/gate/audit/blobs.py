@@ -1,11 +1,21 @@
-"""Result blobs: a call's result too large to inline in the journal, stored once by its sha256 beside the run."""
+"""Result blobs: a call's result too large to inline in the journal, stored once by its sha256 beside the run.
+
+The folder ``<run>.blobs`` is opened as the journal is (``owned``): never through a symlink, only a folder of
+this user's that no one else may write to, created 0700; each blob is written through that open folder, so a
+name swapped in after the check leads nowhere else.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from cellgate.gate._json import canonical_json, write_atomically
+from cellgate.gate.audit.owned import owned_folder
+
+WHAT = "the result blobs' folder"
 
 
 def blobs_path(notebook: Path) -> Path:
@@ -13,18 +23,40 @@ def blobs_path(notebook: Path) -> Path:
 
 
 class BlobStore:
-    """``<run>.blobs/<sha256>.json``, each the canonical JSON of one result (``cellgate verify`` checks them)."""
+    """``<run>.blobs/<sha256>.json``, each the canonical JSON of one result (``cellgate verify`` checks them).
+
+    The folder is made with the first blob (a run without a large result has none); one found already there
+    (planted, or a resumed run's) is checked when the store is made, so a bad one stops the session's start.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        if os.path.lexists(folder):
+            self._open()
+
+    def _open(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                self._fd = owned_folder(self.folder, WHAT)
+            return self._fd
 
     def store(self, digest: str, value: Any) -> str:
         """Write ``value`` under ``digest`` unless it is there; returns its name relative to the run's folder."""
-        self.folder.mkdir(exist_ok=True)
-        target = self.folder / f"{digest}.json"
-        if not target.exists():
-            write_atomically(target, canonical_json(value))
-        return f"{self.folder.name}/{digest}.json"
+        folder = self._open()
+        name = f"{digest}.json"
+        try:
+            os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            write_atomically(self.folder / name, canonical_json(value), folder_fd=folder)
+        return f"{self.folder.name}/{name}"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 __all__ = ["BlobStore", "blobs_path"]

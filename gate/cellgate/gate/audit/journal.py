@@ -36,6 +36,7 @@ from cellgate.gate._errors import JournalError
 from cellgate.gate._faults import failpoint
 from cellgate.gate._json import canonical_json, digest, sha256_hex, utcnow
 from cellgate.gate.audit.artifacts import open_regular
+from cellgate.gate.audit.owned import open_owned
 
 GENESIS = "0" * 64
 MAC_PURPOSE = "journal-record"
@@ -88,15 +89,7 @@ class Journal:
                 self.seq, self.head = found.records[-1]["seq"], found.records[-1]["hash"]
             if found.torn_tail:  # drop the cut-short write so new records follow a whole line
                 os.truncate(path, found.valid_bytes)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:  # 0600: the owner's alone
-            raise JournalError(f"the journal {path} cannot be opened ({exc.strerror}); it must be a regular file") \
-                from None
-        if (owner := os.fstat(fd).st_uid) != os.geteuid():
-            os.close(fd)
-            raise JournalError(f"the journal {path} belongs to uid {owner}, not to you (uid {os.geteuid()}): "
-                               "another user created it first; record to a notebook in a folder of your own")
+        fd = open_owned(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "the journal")  # 0600: the owner's alone
         self._file = open(fd, "a", encoding="utf-8")
 
     def append(self, event: str, sync: bool = False, **data: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from cellgate.gate._json import write_atomically
 from cellgate.gate.audit.blobs import BlobStore, blobs_path
 from cellgate.gate.audit.cells import CellKind, CellRecord, CellStatus, output_dict
 from cellgate.gate.audit.journal import Journal, JournalError, integrity
+from cellgate.gate.audit.owned import make_folders
 from cellgate.gate.audit.recover import rebuild
 from cellgate.gate.audit.reducer import Reducer
 from cellgate.gate.audit.render import NotebookText
@@ -45,9 +46,13 @@ class Recorder:
     def __init__(self, notebook_path: Path, session_metadata: dict[str, Any],
                  open_journal: Callable[[Path], Journal] = Journal, resumed: Sequence[dict[str, Any]] = ()) -> None:
         self.notebook_path = notebook_path
-        notebook_path.parent.mkdir(parents=True, exist_ok=True)
-        self.journal = open_journal(journal_path(notebook_path))
-        self.blobs = BlobStore(blobs_path(notebook_path))
+        make_folders(notebook_path.parent)  # 0700, missing parents too: nobody else lists a run's name and time
+        self.blobs = BlobStore(blobs_path(notebook_path))  # a planted one refuses the start before anything is written
+        try:
+            self.journal = open_journal(journal_path(notebook_path))
+        except BaseException:
+            self.blobs.close()
+            raise
         self.reducer = Reducer()
         self._text = NotebookText()
         self._syncing: asyncio.Future[int] | None = None
@@ -199,6 +204,7 @@ class Recorder:
             nbformat.validate(nbformat.reads(self.notebook_path.read_text(encoding="utf-8"), as_version=4))
         finally:
             self.journal.close()
+            self.blobs.close()
 
     # -- what the relay and the dispatcher ask
     def unwritable(self) -> str | None:
