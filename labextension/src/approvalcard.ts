@@ -1,10 +1,12 @@
 /**
- * One pending approval as the panel shows it: the tool and call, where the kernel says it was asked, the
- * arguments (as text), their sha256, the deadline and the approve and deny buttons. Pure DOM (`textContent`
- * only, nothing parsed as HTML) and no JupyterLab, so jest renders it as the panel does.
+ * One pending approval as the panel shows it: the tool and call, the cell line the kernel says it was asked
+ * from (labelled as the kernel's claim), the arguments (as text), their sha256, the deadline and the approve
+ * and deny buttons. Pure DOM (`textContent` only, nothing parsed as HTML) and no JupyterLab, so jest renders
+ * it as the panel does.
  */
 
 import { pretty } from './calls';
+import { claimedLine } from './claims';
 
 export interface IPendingRequest {
   id: string;
@@ -45,7 +47,7 @@ export function approvalCard(request: IPendingRequest, onAnswer: Answer): HTMLDi
   card.dataset.id = String(request.id);
   card.append(
     line('cg-approval-tool', `${request.tool} (call ${request.seq})`),
-    line('cg-approval-where', request.cell_line ? `line ${request.cell_line}: ${request.source_line ?? ''}` : ''),
+    line('cg-approval-where', claimedLine(request.cell_line, request.source_line)),
     line('cg-field-label', 'arguments'),
     Object.assign(document.createElement('pre'), { className: 'cg-pre cg-approval-args', textContent: pretty(request.args) }),
     line('cg-approval-digest', `sha256 ${request.args_sha256}`)
