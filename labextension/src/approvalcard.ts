@@ -49,7 +49,10 @@ export function approvalCard(request: IPendingRequest, onAnswer: Answer): HTMLDi
     line('cg-approval-tool', `${request.tool} (call ${request.seq})`),
     line('cg-approval-where', claimedLine(request.cell_line, request.source_line)),
     line('cg-field-label', 'arguments'),
-    Object.assign(document.createElement('pre'), { className: 'cg-pre cg-approval-args', textContent: pretty(request.args) }),
+    Object.assign(document.createElement('pre'), {
+      className: 'cg-pre cg-approval-args',
+      textContent: pretty(request.args)
+    }),
     line('cg-approval-digest', `sha256 ${request.args_sha256}`)
   );
   const deadline = line('cg-approval-deadline', deadlineText(request.deadline));
