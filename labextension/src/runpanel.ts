@@ -14,8 +14,6 @@ import { runMetadata } from './audit';
 import { ILiveRun, IVerifyReply, liveRunFacts, verdictOf } from './liverun';
 import { runFacts } from './record';
 
-export type { IVerifyReply } from './liverun';
-
 const RECHECK_MS = 1000; // while a live kernel's launcher has not said yet which notebook it records to
 const RECHECKS = 300;
 
