@@ -20,4 +20,4 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     from cellgate_jupyterlab.handlers import setup_handlers
 
     setup_handlers(server_app.web_app)
-    server_app.log.info("cellgate_jupyterlab: /cellgate/{verify,blob,approvals} registered")
+    server_app.log.info("cellgate_jupyterlab: /cellgate/{verify,blob,kernel,approvals} registered")

@@ -1,6 +1,9 @@
 """The server side of the extension, under ``<base_url>/cellgate/``:
 
-- ``GET verify?path=NB``: ``cellgate verify`` on a notebook under the server's root;
+- ``GET verify?path=NB``: ``cellgate verify`` on a notebook under the server's root; a run still recorded by a
+  live kernel of this server (host state, ``live``) is ``running``, its missing ending not a problem yet;
+- ``GET kernel?kernel=ID``: whether that kernel is cellgate's, and the audit notebook its launcher records to
+  (``live``), with its path under the server's root when it is there, for a link;
 - ``GET blob?path=DIR/RUN.blobs/SHA.json&sha256=SHA&bytes=N``: a result blob from its run's own blob folder,
   read only after its name, size and sha256 check out (the same check ``verify`` makes);
 - ``GET approvals?kernel=ID``: the queue approver's pending requests made by that kernel's host process;
@@ -33,6 +36,7 @@ from cellgate.gate import (
     sandbox_owner_alive,
     verify_run,
 )
+from cellgate_jupyterlab.live import live_run, verify_reply
 
 BLOB_TEXT_CHARS = 200_000  # of a blob's indented JSON, what one page shows
 _BLOB_NAME = re.compile(r"(?P<run>[^/\0]+)\.blobs/(?P<sha>[0-9a-f]{64})\.json")
@@ -50,7 +54,7 @@ class _Handler(APIHandler):
 
     def confined(self, path: str, what: str) -> Path:
         """``path`` (relative to the server's root) resolved, if it stays under the root; else a 403/404."""
-        root = Path(self.contents_manager.root_dir).resolve()
+        root = self.root()
         if not path or "\0" in path or path.startswith("/"):
             self.fail(400, f"{what} {path!r} is not a path relative to the server's root")
         try:
@@ -61,11 +65,43 @@ class _Handler(APIHandler):
             self.fail(403, f"{what} {path!r} is outside the server's root; only files under it are served")
         return resolved
 
-    def kernel_pid(self, kernel_id: str) -> int:
+    def root(self) -> Path:
+        return Path(self.contents_manager.root_dir).resolve()
+
+    def kernel_manager_of(self, kernel_id: str) -> Any:
         try:
-            manager = self.kernel_manager.get_kernel(kernel_id)
+            return self.kernel_manager.get_kernel(kernel_id)
         except KeyError:
             self.fail(404, f"no kernel {kernel_id!r} on this server")
+
+    async def kernel_run(self, kernel_id: str) -> dict[str, Any]:
+        """What this server's own state (the kernelspec it started, the connection file it wrote) and the
+        launcher's host state say of a kernel's record (``live.live_run``)."""
+        manager = self.kernel_manager_of(kernel_id)
+        try:
+            argv = list(manager.kernel_spec.argv)
+        except Exception:  # noqa: BLE001 - a kernelspec removed since: not known to be cellgate's
+            argv = []
+        connection_file = getattr(manager, "connection_file", None)
+        return await asyncio.to_thread(live_run, argv, connection_file if isinstance(connection_file, str) else None,
+                                       self.root())
+
+    async def recorded_live(self, notebook: Path) -> bool:
+        """Whether a live cellgate kernel of this server is recording to ``notebook`` (host state only)."""
+        for kernel_id in list(self.kernel_manager.list_kernel_ids()):
+            try:
+                manager: Any = self.kernel_manager.get_kernel(kernel_id)  # jupyter_server's: async is_alive
+                if not await manager.is_alive():
+                    continue
+            except KeyError:  # shut down meanwhile
+                continue
+            run = await self.kernel_run(kernel_id)
+            if run.get("state") == "running" and Path(run["notebook"]).resolve() == notebook:
+                return True
+        return False
+
+    def kernel_pid(self, kernel_id: str) -> int:
+        manager = self.kernel_manager_of(kernel_id)
         pid = getattr(getattr(manager, "provisioner", None), "pid", None)
         if not isinstance(pid, int):
             self.fail(409, f"kernel {kernel_id!r} has no local process (not started by this server's provisioner)")
@@ -77,8 +113,14 @@ class VerifyHandler(_Handler):
     async def get(self) -> None:
         notebook = self.confined(self.get_query_argument("path", ""), "notebook")
         result = await asyncio.to_thread(verify_run, notebook)
-        self.finish(json.dumps({"ok": result.ok, "problems": result.problems, "records": result.records,
-                                "blobs": result.blobs, "key_id": result.key_id}))
+        live = result.unended is not None and await self.recorded_live(notebook)
+        self.finish(json.dumps(verify_reply(result, live)))
+
+
+class KernelHandler(_Handler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        self.finish(json.dumps(await self.kernel_run(self.get_query_argument("kernel", ""))))
 
 
 class BlobHandler(_Handler):
@@ -161,6 +203,7 @@ def setup_handlers(web_app: Any) -> None:
     web_app.add_handlers(".*$", [
         (url_path_join(base, "verify"), VerifyHandler),
         (url_path_join(base, "blob"), BlobHandler),
+        (url_path_join(base, "kernel"), KernelHandler),
         (url_path_join(base, "approvals"), ApprovalsHandler),
         (url_path_join(base, "approvals", r"([A-Za-z0-9_-]{1,100})"), AnswerHandler),
     ])

@@ -9,29 +9,9 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { query, requestAPI } from './api';
-import { pretty } from './calls';
-
-export interface IPendingRequest {
-  id: string;
-  session: string;
-  seq: number;
-  tool: string;
-  args: unknown;
-  args_sha256: string;
-  cell_line: number | null;
-  source_line: string | null;
-  requested: number;
-  deadline: number;
-}
+import { approvalCard, deadlineText, Decision, IPendingRequest, line } from './approvalcard';
 
 const POLL_MS = 1000;
-
-function line(className: string, content: string): HTMLDivElement {
-  const node = document.createElement('div');
-  node.className = className;
-  node.textContent = content;
-  return node;
-}
 
 export class ApprovalsPanel extends Widget {
   private timer: number | null = null;
@@ -95,7 +75,9 @@ export class ApprovalsPanel extends Widget {
     }
     this.shown = key;
     this.status.textContent = status;
-    this.list.replaceChildren(...requests.map(request => this.card(request)));
+    this.list.replaceChildren(...requests.map(request =>
+      approvalCard(request, (r, decision, buttons, answer) => void this.answer(r, decision, buttons, answer))
+    ));
   }
 
   private updateDeadlines(): void {
@@ -104,39 +86,9 @@ export class ApprovalsPanel extends Widget {
     }
   }
 
-  private card(request: IPendingRequest): HTMLDivElement {
-    const card = document.createElement('div');
-    card.className = 'cg-approval';
-    card.dataset.id = String(request.id);
-    card.append(
-      line('cg-approval-tool', `${request.tool} (call ${request.seq})`),
-      line('cg-approval-where', request.cell_line ? `line ${request.cell_line}: ${request.source_line ?? ''}` : ''),
-      line('cg-field-label', 'arguments'),
-      Object.assign(document.createElement('pre'), { className: 'cg-pre cg-approval-args', textContent: pretty(request.args) }),
-      line('cg-approval-digest', `sha256 ${request.args_sha256}`)
-    );
-    const deadline = line('cg-approval-deadline', deadlineText(request.deadline));
-    deadline.dataset.deadline = String(request.deadline);
-    card.appendChild(deadline);
-    const answer = line('cg-approval-answer', '');
-    const buttons = document.createElement('div');
-    buttons.className = 'cg-approval-buttons';
-    for (const decision of ['allow', 'deny'] as const) {
-      const button = document.createElement('button');
-      button.className = `jp-mod-styled cg-${decision === 'allow' ? 'approve' : 'deny'} ${
-        decision === 'allow' ? 'jp-mod-accept' : 'jp-mod-warn'
-      }`;
-      button.textContent = decision === 'allow' ? 'approve' : 'deny';
-      button.addEventListener('click', () => void this.answer(request, decision, buttons, answer));
-      buttons.appendChild(button);
-    }
-    card.append(buttons, answer);
-    return card;
-  }
-
   private async answer(
     request: IPendingRequest,
-    decision: 'allow' | 'deny',
+    decision: Decision,
     buttons: HTMLElement,
     answer: HTMLElement
   ): Promise<void> {
@@ -152,13 +104,4 @@ export class ApprovalsPanel extends Widget {
       buttons.querySelectorAll('button').forEach(button => (button.disabled = false));
     }
   }
-}
-
-function deadlineText(deadline: number): string {
-  if (!Number.isFinite(deadline) || deadline <= 0) {
-    return 'deadline unknown';
-  }
-  const left = Math.round(deadline - Date.now() / 1000);
-  const at = new Date(deadline * 1000).toISOString().replace('T', ' ').slice(0, 19);
-  return `deadline ${at} UTC (${left > 0 ? `${left} s left` : 'passed'})`;
 }

@@ -23,8 +23,8 @@ const panels: JupyterFrontEndPlugin<void> = {
   description: 'The run panel and the pending-approvals panel',
   autoStart: true,
   requires: [INotebookTracker, ILabShell],
-  activate: (_app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell) => {
-    const run = new RunPanel(tracker);
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell) => {
+    const run = new RunPanel(tracker, path => void app.commands.execute('docmanager:open', { path }));
     run.title.icon = listIcon;
     shell.add(run, 'right', { rank: 900 });
     const approvals = new ApprovalsPanel(tracker);

@@ -15,6 +15,7 @@ import {
   sortCalls,
   SortKey
 } from './calls';
+import { claimedLine } from './claims';
 
 /** Fetches a result blob's text through the server (the run's own blob folder only). */
 export type BlobFetcher = (call: ICall) => Promise<string>;
@@ -218,9 +219,7 @@ export class CallsTable {
     field(cell, 'approver', call.approver);
     field(cell, 'answered', formatTime(call.approvalAnswered));
     field(cell, 'approver said', call.approvalReason);
-    if (call.claimedLine !== null || call.claimedSource) {
-      field(cell, 'line (the kernel’s claim)', `${call.claimedLine ?? '?'}: ${call.claimedSource}`);
-    }
+    field(cell, 'where', claimedLine(call.claimedLine, call.claimedSource));
     block(cell, `arguments (sha256 ${call.argsSha256.slice(0, 16)}…)`, pretty(call.args));
     if (!call.ok) {
       block(cell, `error${call.errorKind ? ` (${call.errorKind})` : ''}`, call.errorMessage || '(none)');

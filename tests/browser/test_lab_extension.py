@@ -248,6 +248,10 @@ def test_an_approval_is_answered_from_the_panel_and_the_cell_goes_on(
         (card,) = wait_for(lambda: find(browser, ".cg-approval"), 120, "the request in the approvals panel",
                            show=lambda: texts(browser, ".cg-approvals-panel"))
         assert card.find_element(By.CSS_SELECTOR, ".cg-approval-tool").text == "echo (call 1)"
+        # The cell line is the kernel's claim: labelled as `cellgate approvals list` labels it (issue 28).
+        where = card.find_element(By.CSS_SELECTOR, ".cg-approval-where").text
+        assert where == "cell line 1 (reported by the kernel): print('echoed', tools.echo('hello <i>reviewer</i>'))", \
+            where
         assert '"text": "hello <i>reviewer</i>"' in card.find_element(By.CSS_SELECTOR, ".cg-approval-args").text
         assert not card.find_elements(By.CSS_SELECTOR, "i"), "the arguments' markup was rendered"
         digest = card.find_element(By.CSS_SELECTOR, ".cg-approval-digest").text

@@ -61,7 +61,11 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
     from cellgate.gate.sandbox.backend import kernel_environment as sandbox_kernel_environment
     from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
+    from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE as KERNEL_LAUNCHER_MODULE
     from cellgate.gate.sandbox.oci import Limits as SandboxLimits
+    from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
+    from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
+    from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
@@ -78,6 +82,8 @@ _FACE = {
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
+    "KERNEL_LAUNCHER_MODULE": "cellgate.gate.sandbox.kernelspec:LAUNCHER_MODULE",
+    "KernelLaunchState": "cellgate.gate.session.launcher_state:LaunchState",
     "ModelTurn": "cellgate.gate.telemetry",
     "MemoryWatch": "cellgate.gate.sandbox.backend",
     "Pool": "cellgate.gate.session.pool",
@@ -99,6 +105,7 @@ _FACE = {
     "SourceUnavailable": "cellgate.gate._errors",
     "StrictModel": "cellgate.gate._model",
     "Tool": "cellgate.gate.calls.registry",
+    "UntrustedLaunchState": "cellgate.gate.session.launcher_state:UntrustedState",
     "answer_approval": "cellgate.gate.calls.approval_queue:answer",
     "blob_text": "cellgate.gate.audit.artifacts",
     "ToolRegistry": "cellgate.gate.calls.registry",
@@ -106,6 +113,7 @@ _FACE = {
     "clean_for_terminal": "cellgate.gate._terminal:clean",
     "close_sources": "cellgate.gate.calls.sources",
     "find_config": "cellgate.gate.config",
+    "kernel_recording": "cellgate.gate.session.launcher_state:recording",
     "load_settings": "cellgate.gate.config",
     "open_sources": "cellgate.gate.calls.sources",
     "pending_approval": "cellgate.gate.calls.approval_queue:pending_request",
@@ -131,6 +139,7 @@ __all__ = [
     "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
     "sandbox_kernel_environment", "sandbox_owner_alive", "stub_signature", "tool_from_function", "trim",
     "verify_run", "waiting_notices",
+    "KERNEL_LAUNCHER_MODULE", "KernelLaunchState", "UntrustedLaunchState", "kernel_recording",  # live kernels' records
 ]
 assert sorted(__all__) == sorted(_FACE)
 

@@ -100,6 +100,16 @@ describe('the calls table', () => {
     expect(details[1]).toContain(`error (denied)${HOSTILE}`);
   });
 
+  it("labels the cell line a call was made from as the kernel's claim", () => {
+    const shown = new CallsTable(null);
+    shown.setCalls(parseBundle([{ ...RECORDED[3], claimed: { line: 4, source_line: 'tools.slow()' } }]));
+    document.body.replaceChildren(shown.node);
+    document.querySelector<HTMLButtonElement>('.cg-expand')!.click();
+    expect(document.querySelector('.cg-call-detail')?.textContent).toContain(
+      'wherecell line 4 (reported by the kernel): tools.slow()'
+    );
+  });
+
   it('filters as the reviewer types and picks', () => {
     const shown = table();
     const input = document.querySelector<HTMLInputElement>('.cg-calls-filter')!;

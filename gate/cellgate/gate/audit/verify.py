@@ -49,6 +49,9 @@ class Verification:
     key_id: str | None = None  # this host's key, which signed every record (when there are no problems)
     records: int = 0
     blobs: int = 0
+    # The problem (also in ``problems``) that the journal does not end as a run ends: records after the
+    # notebook's position, a torn last record or no ending record. A run still going has it until it ends.
+    unended: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -198,16 +201,18 @@ def check_run(path: Path) -> Verification:
                              "journal does not have: the notebook or the journal was replaced"])
     after = len(records) - seq
     if after:
-        result.problems.append(f"the journal has {after} record{'s' if after != 1 else ''} after the notebook's "
-                               f"last position (record {seq}): the notebook does not show all of the run; "
-                               f"run `cellgate recover {journal_file}`")
+        result.unended = (f"the journal has {after} record{'s' if after != 1 else ''} after the notebook's "
+                          f"last position (record {seq}): the notebook does not show all of the run; "
+                          f"run `cellgate recover {journal_file}`")
     elif found.torn_tail:
-        result.problems.append(f"the journal's last record was cut short (its host stopped while writing it); "
-                               f"run `cellgate recover {journal_file}`")
+        result.unended = (f"the journal's last record was cut short (its host stopped while writing it); "
+                          f"run `cellgate recover {journal_file}`")
     elif records[-1]["event"] not in ENDINGS:
-        result.problems.append(f"the journal ends at record {seq} ({records[-1]['event']}) without a session-ended "
-                               "or recovered record: the run is still going, its host stopped, or the journal was "
-                               f"cut short; if its host stopped, run `cellgate recover {journal_file}`")
+        result.unended = (f"the journal ends at record {seq} ({records[-1]['event']}) without a session-ended "
+                          "or recovered record: the run is still going, its host stopped, or the journal was "
+                          f"cut short; if its host stopped, run `cellgate recover {journal_file}`")
+    if result.unended:
+        result.problems.append(result.unended)
     reducer = Reducer()
     for record in records[:seq]:
         reducer.apply(record)

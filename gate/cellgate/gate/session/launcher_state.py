@@ -97,6 +97,17 @@ def load(path: Path) -> LaunchState | None:
     return LaunchState(data["connection_file"], data["notebook"], data["ended"])
 
 
+def recording(connection_file: Path) -> LaunchState | None:
+    """Which audit notebook the launcher serving ``connection_file`` records to, from the state it saved on this
+    host (never from the kernel); None until the launcher has saved it; UntrustedState if it cannot be trusted.
+
+    For a frontend's server (the JupyterLab extension), which knows its kernels' connection files: ``ended``
+    is None while a launcher serves the kernel.
+    """
+    state = load(state_path(connection_file))
+    return state if state is not None and state.connection_file == str(connection_file.resolve()) else None
+
+
 def save(path: Path, state: LaunchState) -> None:
     _folder(path, create=True)
     write_atomically(path, json.dumps({"connection_file": state.connection_file, "notebook": state.notebook,
@@ -118,4 +129,5 @@ def prune(folder: Path) -> None:
             remove(path)
 
 
-__all__ = ["Ending", "LaunchState", "UntrustedState", "load", "prune", "remove", "save", "state_folder", "state_path"]
+__all__ = ["Ending", "LaunchState", "UntrustedState", "load", "prune", "recording", "remove", "save", "state_folder",
+           "state_path"]
