@@ -16,12 +16,12 @@ import binascii
 import re
 from typing import Any
 
-from mcp_types import ImageContent, TextContent
+from mcp_types import ContentBlock, ImageContent, TextContent
 from pydantic import BaseModel, Field
 
 from cellgate.gate import CellResult, trim
 
-__all__ = ["IMAGE_LIMIT", "OUTPUT_BUDGET", "CellOutput", "cell_images", "cell_output", "cell_text"]
+__all__ = ["IMAGE_LIMIT", "OUTPUT_BUDGET", "CellOutput", "cell_content", "cell_images", "cell_output", "cell_text"]
 
 OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result, as `cellgate run`'s [agent] output_budget
 IMAGE_LIMIT = 512 * 1024  # bytes of one image, as `cellgate run`'s [agent] image_limit_kb
@@ -138,7 +138,6 @@ def cell_images(result: CellResult, limit: int = IMAGE_LIMIT) -> list[ImageConte
             for image in found if image is not None and _attachable(image, limit)]
 
 
-def cell_content(result: CellResult, budget: int = OUTPUT_BUDGET,
-                 limit: int = IMAGE_LIMIT) -> list[TextContent | ImageContent]:
+def cell_content(result: CellResult, budget: int = OUTPUT_BUDGET, limit: int = IMAGE_LIMIT) -> list[ContentBlock]:
     """The tool result's content: the text, then the images."""
     return [TextContent(type="text", text=cell_text(result, budget, limit)), *cell_images(result, limit)]
