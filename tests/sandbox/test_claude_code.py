@@ -44,7 +44,8 @@ def bar_chart_png(values, width=12, gap=4, height=40):
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
     header = struct.pack(">IIBBBBB", side, height, 8, 2, 0, 0, 0)
-    return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return b"\\x89PNG\\r\\n\\x1a\\n" + body
 '''
 CARRIERS = ("NorthPost", "SwiftShip", "ParcelCo", "BlueLine")
 PLOT = (CHART + "from IPython.display import Image, display\n"
@@ -106,7 +107,7 @@ def test_claude_code_sees_what_the_program_printed_and_its_chart(tmp_path: Path,
     shutil.copytree(NORTHWIND, work, ignore=shutil.ignore_patterns("runs"))
     (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"cellgate": {
         "type": "stdio", "command": CELLGATE[0], "args": [*CELLGATE[1:], "mcp", "serve", "--config", "cellgate.toml"],
-        "env": {"CELLGATE_HOST_KEY": os.environ["CELLGATE_HOST_KEY"]}}}}))
+        "env": {k: v for k, v in os.environ.items() if k.startswith("CELLGATE_")}}}}))  # this run's key, run root
     home = tmp_path / "home"
     home.mkdir()
     env = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE"))}

@@ -22,7 +22,8 @@ def test_the_northwind_script_runs_the_loop_offline_and_records_it(tmp_path: Pat
     shutil.copytree(NORTHWIND, work, ignore=shutil.ignore_patterns("runs"))
     # No key, and an endpoint that answers nothing: the scripted run uses neither.
     done = cellgate("run", "--scripted", "scripted.toml", TASK, cwd=work, timeout=280,
-                    env={"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": "", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+                    env={"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": "",
+                         "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == ("Done: of 10,000 October orders, 312 went by NorthPost more than five days late; "
                            "each has a follow_up task.\n")

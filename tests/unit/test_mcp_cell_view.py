@@ -15,7 +15,8 @@ from cellgate.extensions.mcp.cell_view import CellOutput, cell_content, cell_ima
 from cellgate.extensions.mcp.serve import build_server
 from cellgate.gate import CellResult, load_settings
 
-PIXEL = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+PIXEL = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+                         "RU5ErkJggg==")
 
 
 def cell(*outputs: dict[str, Any], status: str = "ok", limits_hit: tuple[str, ...] = ()) -> CellResult:

@@ -45,7 +45,7 @@ class CellOutput(BaseModel):
     notebook: str = Field(description="the resource URI of the session's audit notebook, which keeps every output")
 
 
-def _image(output: dict[str, Any]) -> tuple[str, str, int] | None:
+def _image(output: dict[str, Any], limit: int) -> tuple[str, str, int] | None:
     """(MIME type, base64, size) of an output's image, or None when it shows none (or one cellgate will not pass)."""
     data = output.get("data") if output.get("output_type") in ("execute_result", "display_data") else None
     if not isinstance(data, dict):
@@ -54,6 +54,9 @@ def _image(output: dict[str, Any]) -> tuple[str, str, int] | None:
         raw = data.get(mime)
         if isinstance(raw, str):
             packed = "".join(raw.split())
+            size = len(packed) * 3 // 4 - len(packed[-2:]) + len(packed[-2:].rstrip("="))
+            if size > limit:  # not decoded: its size is all the note needs
+                return mime, "", size
             try:
                 decoded = base64.b64decode(packed, validate=True)
             except (binascii.Error, ValueError):
@@ -101,7 +104,7 @@ def _pieces(result: CellResult, limit: int) -> list[tuple[str, str]]:
             pieces.append(("stderr" if output.get("name") == "stderr" else "stdout", str(output.get("text", ""))))
         elif kind == "error":
             pieces.append(("error", _error_text(output)))
-        elif (found := _image(output)) is not None:
+        elif (found := _image(output, limit)) is not None:
             attached += _attachable(found, limit)
             pieces.append(("stdout", _image_note(found, attached, limit)))
         elif kind in ("execute_result", "display_data"):
@@ -133,7 +136,7 @@ def cell_output(result: CellResult, session: str, budget: int = OUTPUT_BUDGET,
 
 def cell_images(result: CellResult, limit: int = IMAGE_LIMIT) -> list[ImageContent]:
     """The images the cell displayed that may go to the model, in order."""
-    found = (_image(output) for output in result.outputs)
+    found = (_image(output, limit) for output in result.outputs)
     return [ImageContent(type="image", data=image[1], mime_type=image[0])
             for image in found if image is not None and _attachable(image, limit)]
 
