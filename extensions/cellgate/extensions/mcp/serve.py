@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 from opentelemetry import propagate
 
 from cellgate.gate import (
@@ -38,16 +38,15 @@ from cellgate.gate import (
     close_sources,
     open_sources,
     stub_signature,
-    trim,
 )
 from cellgate.kernel import runtime
 
 from .auth import Verifier, auth_settings, current_principal, load_tokens
+from .cell_view import CellOutput, cell_content, cell_output
+from .cell_view import cell_text as cell_text  # what execute_python's text content is, for tests
 from .config import McpConfig
 from .listen import transport_security
 from .sessions import Sessions
-
-OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result; the notebook keeps everything
 
 
 def catalog(settings: Settings, tools: list[str]) -> list[dict[str, Any]]:
@@ -55,13 +54,6 @@ def catalog(settings: Settings, tools: list[str]) -> list[dict[str, Any]]:
     registry = ToolRegistry.from_paths(settings.tool_paths(), granted=tools)
     close_sources(open_sources(settings, registry))
     return registry.manifest()
-
-
-def cell_text(result: Any, budget: int = OUTPUT_BUDGET) -> str:
-    text = result.text or "(the program printed nothing)\n"
-    if result.status not in ("ok", "error"):
-        text += f"[the cell ended with status {result.status!r}]\n"
-    return trim(text, budget, "the session's audit notebook")
 
 
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
@@ -93,8 +85,9 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
                       "work in code and print only what you need."), auth=auth, token_verifier=verifier)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
-    async def execute_python(code: str, session: str | None = None) -> CallToolResult:
-        """Run a Python program as one cell of a sandboxed, stateful IPython kernel; returns what it printed.
+    async def execute_python(code: str, session: str | None = None) -> Annotated[CallToolResult, CellOutput]:
+        """Run a Python program as one cell of a sandboxed, stateful IPython kernel; returns what it printed
+        (stdout, stderr, the error) and the images it displayed.
 
         Args:
             code: The program. The module `tools` is preloaded (see search_tools).
@@ -105,10 +98,9 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         propagate.inject(carrier)  # the request's trace (the MCP SDK continues a client's _meta traceparent)
         async with entry.lock:
             result = await entry.session.execute(code, traceparent=carrier.get("traceparent"))
-        structured = {"session": handle, "status": result.status, "calls": len(result.calls),
-                      "notebook": f"cellgate://sessions/{handle}/notebook"}
-        return CallToolResult(content=[TextContent(type="text", text=cell_text(result))],
-                              structured_content=structured, is_error=not result.ok)
+        # Claude Code hands its model the structuredContent alone, other clients the content: both hold the output.
+        return CallToolResult(content=cell_content(result), is_error=not result.ok,
+                              structured_content=cell_output(result, handle).model_dump(mode="json"))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def search_tools(query: str = "") -> list[str]:
