@@ -52,8 +52,9 @@ def test_a_well_formed_loop_turn_is_answered(api: FakeMessagesAPI) -> None:
     (64, [turn({"type": "bogus", "text": "x"})], "messages.0.content.0.type: 'bogus' is not a content block type"),
     (64, [turn(text(""))], "text content blocks must be non-empty"),
     (64, [turn(USE)], "'tool_use' is not a content block type a user message may send"),
+    (64, [turn()], "messages.0: all messages must have non-empty content"),
 ], ids=["max_tokens 0", "two user turns", "assistant first", "result of no use", "use unanswered",
-        "result not first", "unknown block", "empty text", "tool_use from the user"])
+        "result not first", "unknown block", "empty text", "tool_use from the user", "empty user turn"])
 def test_a_malformed_request_is_a_400_through_the_sdk(api: FakeMessagesAPI, max_tokens: int,
                                                      messages: list[dict[str, Any]], says: str) -> None:
     with pytest.raises(anthropic.BadRequestError) as raised:
@@ -77,6 +78,8 @@ def test_what_the_sdk_cannot_send_is_refused_too() -> None:
     assert request_problem({"model": "m", "max_tokens": 1, "messages": GOOD}) is None
     assert request_problem({"model": "m", "messages": GOOD}, count_tokens=True) is None  # count_tokens takes none
     assert request_problem({"model": "m", "messages": []}, count_tokens=True).startswith("messages: at least one")
+    prefill = [turn(text("go")), turn(role="assistant")]  # an empty final assistant turn is the API's prefill
+    assert request_problem({"model": "m", "max_tokens": 1, "messages": prefill}) is None
 
 
 def test_count_tokens_checks_the_messages_as_well(api: FakeMessagesAPI) -> None:

@@ -69,11 +69,14 @@ def reply(*blocks: dict[str, Any], stop_reason: str | None = None) -> Reply:
     return {"content": list(blocks), "stop_reason": stop_reason or ("tool_use" if uses else "end_turn")}
 
 
-# What a Messages API request may hold (the API answers 400 to anything else).
+# What a Messages API request may hold (the API answers 400 to anything else): the SDK's create() parameters,
+# its beta ones among them (Claude Code sends those).
 REQUEST_FIELDS = frozenset({
     "model", "messages", "max_tokens", "system", "tools", "tool_choice", "temperature", "top_p", "top_k",
     "stop_sequences", "stream", "metadata", "thinking", "service_tier", "container", "mcp_servers",
-    "context_management"})
+    "context_management", "cache_control", "output_config", "output_format", "inference_geo", "speed",
+    "diagnostics", "user_profile_id", "workspace_id", "billing_policy", "compaction", "fallback_credit_token",
+    "fallbacks", "thread"})
 BLOCK_TYPES = {
     "user": frozenset({"text", "image", "document", "search_result", "tool_result", "container_upload"}),
     "assistant": frozenset({"text", "tool_use", "thinking", "redacted_thinking", "server_tool_use",
@@ -151,8 +154,9 @@ def _messages_problem(messages: Any) -> str | None:
                     f"(this one is {role!r})")
         content = message.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list) or (not blocks and index < len(messages) - 1):
-            return f"{where}.content: Input should be a string or a non-empty list of content blocks"
+        if not isinstance(blocks, list) or (not blocks and (role == "user" or index < len(messages) - 1)):
+            return (f"{where}: all messages must have non-empty content except for the optional final assistant "
+                    "message")
         problem = _blocks_problem(where, role, blocks, asked, last=index == len(messages) - 1)
         if problem:
             return problem
