@@ -52,19 +52,19 @@ def echo(text: str) -> str:
     return text
 
 
-def await_request(seconds: float = 60) -> int:
-    """Wait on the host until the approval queue holds a request; how many it holds.
+def await_request(seconds: float = 60) -> list[str]:
+    """Wait on the host until the approval queue holds a request; the ids it holds.
 
     Args:
         seconds: The bound.
     """
     queue = Path(os.environ["CELLGATE_APPROVALS_DIR"])
     deadline = time.monotonic() + seconds
-    while not (pending := list(queue.glob("*.request.json"))):
+    while not (pending := sorted(queue.glob("*.request.json"))):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no approval request appeared in {queue} within {seconds} s")
         time.sleep(0.05)  # polling the queue folder the gate writes to
-    return len(pending)
+    return [path.name.removesuffix(".request.json") for path in pending]
 '''
 
 POLICY = '''
@@ -176,12 +176,13 @@ def test_B6_a_pending_approval_dies_with_its_cell_however_the_cell_ends(session_
     assert call["decision"] == "approval-withdrawn" and call["ok"] is False and call["approval"]["answered"] is None
 
     # The cell ends normally while a thread it started waits for approval: the cell ends once the host's queue
-    # holds the thread's request (a tool that waits for it on the host), not after a guess at how long that takes.
+    # holds the thread's request (a tool that waits for it on the host and returns its id), not after a guess at
+    # how long that takes. The request lives only until the cell ends, so its id comes from the cell's output.
     pending = submit(box, "import threading\nthreading.Thread(target=lambda: tools.refund(4200)).start()\n"
-                          "print(tools.await_request())")
-    request_id = one_request(approvals)
+                          "print(*tools.await_request())")
     result = pending.result(60)
-    assert result.status == "ok" and result.stdout == "1\n"  # the cell ended with the request pending
+    assert result.status == "ok"
+    (request_id,) = result.stdout.split()  # the cell ended with the request pending
     assert_withdrawn(box, folder, approvals, request_id, "ok")
 
     # Timeout: the main thread waits for approval past cell_timeout, with no person answering.
@@ -196,10 +197,10 @@ def test_B6_a_pending_approval_dies_with_its_cell_however_the_cell_ends(session_
 
     # The kernel dies while a thread's call waits.
     pending = submit(box, "import threading, os\nthreading.Thread(target=lambda: tools.refund(4400)).start()\n"
-                          "tools.await_request()\nos.kill(os.getpid(), 9)")
-    request_id = one_request(approvals)
+                          "print(*tools.await_request(), flush=True)\nos.kill(os.getpid(), 9)")
     result = pending.result(60)
     assert result.status == "kernel-died"
+    (request_id,) = result.stdout.split()
     assert_withdrawn(box, folder, approvals, request_id, "kernel-died")
 
     # Restarted, the session works, and a fresh request is answered normally.
