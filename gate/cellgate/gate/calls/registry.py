@@ -91,7 +91,8 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
     schema = _strip_titles(schema)
     properties = schema.get("properties", {})
     for arg, parameter in signature.parameters.items():
-        if parameter.default is not inspect.Parameter.empty and arg in properties and not _json_default(properties[arg]):
+        given = parameter.default is not inspect.Parameter.empty
+        if given and arg in properties and not _json_default(properties[arg]):
             # The gate fills defaults before the policy sees a call; one it cannot write down would reach the tool unseen.
             raise ConfigError(
                 f"tool {name!r} ({source or function.__module__}): the default of parameter {arg!r} "
