@@ -117,3 +117,24 @@ def test_ctrl_c_in_the_replay_s_terminal_interrupts_a_long_cell_of_the_attached_
             assert content["status"] == "ok" and out == "still here\n", (content, out)
         # The helper's Ctrl-C, with no cell running, ended the replay (and it exited 0).
         assert "replay ended (Ctrl-C)" in run.said("replay ended")
+
+
+def test_ctrl_d_in_the_console_detaches_and_the_kernel_stays(recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    """README: "Ctrl-D only detaches, leaving the kernel for you to attach again". The console reads its end of
+    input (what Ctrl-D is to it: EOFError), confirms with its default, and leaves; the replay and its kernel go on."""
+    notebook, count = recorded
+    output = tmp_path / "detached.ipynb"
+    with start(notebook, count, output) as replay:
+        with interactive_replay(replay) as run:
+            console = [str(Path(sys.executable).with_name("jupyter-console")), "--existing",
+                       run.client.connection_file, "--simple-prompt"]
+            done = subprocess.run(console, input="kept = 41\n", capture_output=True, text=True, timeout=300,
+                                  check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "keeping kernel alive" in done.stdout and "Shutting down kernel" not in done.stdout, done.stdout
+            assert replay.poll() is None  # the replay did not end
+            content, out = run("print(kept + 1)")  # the same kernel, attached again: what the console left is there
+            assert content["status"] == "ok" and out == "42\n", (content, out)
+        assert "replay ended (Ctrl-C)" in run.said("replay ended")  # ended by the helper, not by the detach
+    nb = nbformat.read(output, as_version=4)
+    assert [c.source for c in nb.cells] == [*CELLS, "kept = 41", "print(kept + 1)"]

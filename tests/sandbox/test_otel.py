@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,12 @@ def test_a_denied_call_carries_the_rule_the_approver_and_error_type(run) -> None
     assert span.status.status_code == trace.StatusCode.ERROR
     assert span.status.description.startswith("tool 'create_task' was denied")  # the message: content is captured
     (event,) = [e for e in span.events if e.name == "cellgate.approval"]
-    assert event.attributes["cellgate.approver"] == "deny" and event.attributes["cellgate.approval.wait_s"] >= 0
+    assert event.attributes["cellgate.approver"] == "deny"
+    # The wait is the record's, from asked to answered (a constant or a sign error would not match it).
+    (call,) = [r["call"] for r in run["journal"] if r["event"] == "call-finished"
+               and r["call"]["id"] == span.attributes["gen_ai.tool.call.id"]]
+    asked, answered = (datetime.fromisoformat(call["approval"][k]) for k in ("requested", "answered"))
+    assert event.attributes["cellgate.approval.wait_s"] == pytest.approx((answered - asked).total_seconds(), abs=1e-6)
     assert cell_span(run, "denied").attributes["error.type"] == "error"
 
 

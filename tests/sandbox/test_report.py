@@ -61,6 +61,14 @@ def payloads(url: str) -> list[str]:
     ]
 
 
+def dump_dom(chromium: str, tmp_path: Path, page: Path) -> str:
+    return subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120).stdout
+
+
 def test_report_of_hostile_outputs_is_inert_in_chromium(session_factory, tmp_path: Path, beacon: str) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -73,11 +81,13 @@ def test_report_of_hostile_outputs_is_inert_in_chromium(session_factory, tmp_pat
     assert done.returncode == 0, done.stderr
     page = report.read_text()
     assert "Content-Security-Policy" in page and "<script" not in page.replace("&lt;script", "")
-    dom = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120).stdout
+    # The control: the same browser, flags and beacon, on a page without the report's defences, does hit it.
+    control = tmp_path / "control.html"
+    control.write_text(f'<html><body><img src="{beacon}/control"></body></html>')
+    dump_dom(chromium, tmp_path, control)
+    assert Beacon.hits == ["/control"], Beacon.hits
+    Beacon.hits.clear()
+    dom = dump_dom(chromium, tmp_path, report)
     assert "<title>cellgate run " in dom, dom[:500]
     assert "PWNED" not in dom.split("</title>")[0]
     attributes = Attributes()

@@ -27,7 +27,7 @@ decision = "deny"
 decision = "approve"
 """
 LATE = ("import threading\ngo = threading.Event()\n"
-        "threading.Thread(target=lambda: (go.wait(), print('late', flush=True))).start()")
+        "late = threading.Thread(target=lambda: (go.wait(), print('late', flush=True)))\nlate.start()")
 CELLS = [
     "# the setup\nprint(tools.echo('hi'), tools.add(2))",  # allowed, allowed
     "tools.issue_token('ada')",  # approved
@@ -37,7 +37,8 @@ CELLS = [
     "tools.explode('the ledger is locked')",  # the tool failed
     "tools.slow(5)",  # timed out
     LATE,
-    "go.set()\nimport time\ntime.sleep(0.5)",  # the thread prints after cell 8 ended: its late output
+    # The thread prints after cell 8 ended: its late output. Joined, its print is on IOPub before this cell's end.
+    "go.set()\nlate.join(60)\nassert not late.is_alive()",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -36,38 +37,87 @@ def run_json(box, code: str):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_no_network(isolated) -> None:
-    out = run_json(isolated, '''
+def host_addresses() -> list[str]:
+    """IPv4 addresses of this host a sandbox with a network could reach: loopback, and the one routes leave by."""
+    addresses = ["127.0.0.1"]
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("198.51.100.1", 9))  # UDP: sends nothing, only picks the source address of the route
+        addresses.append(probe.getsockname()[0])
+    except OSError:
+        pass  # no route off this host: loopback is the one address there is
+    finally:
+        probe.close()
+    return sorted(set(addresses))
+
+
+def reach_from_here(address: str, port: int) -> str | int:
+    try:
+        socket.create_connection((address, port), timeout=3).close()
+        return "CONNECTED"
+    except OSError as e:
+        return e.errno or 0
+
+
+PROBE = '''
 import socket
-out = {}
-for name, fam, addr in [("v4", socket.AF_INET, ("1.1.1.1", 443)), ("v6", socket.AF_INET6, ("2606:4700:4700::1111", 443))]:
+def reach(fam, addr):
     s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3)
     try:
-        s.connect(addr); out[name] = "CONNECTED"
+        s.connect(addr); return "CONNECTED"
     except OSError as e:
-        out[name] = e.errno
+        return e.errno
+    finally:
+        s.close()
+'''
+
+
+def test_no_network(isolated) -> None:
+    # Controls: a listener of the host's that the host itself reaches on each of its addresses (so a refused
+    # connection from the sandbox is the sandbox's doing), and one inside the sandbox that the probe does reach.
+    listener = socket.create_server(("0.0.0.0", 0))
+    port = listener.getsockname()[1]
+    addresses = host_addresses()
+    try:
+        assert {a: reach_from_here(a, port) for a in addresses} == dict.fromkeys(addresses, "CONNECTED")
+        out = run_json(isolated, PROBE + f'''
+out = {{}}
+for name, fam, addr in [("v4", socket.AF_INET, ("1.1.1.1", 443)), ("v6", socket.AF_INET6, ("2606:4700:4700::1111", 443))]:
+    out[name] = reach(fam, addr)
+out["host"] = {{a: reach(socket.AF_INET, (a, {port})) for a in {addresses!r}}}
+own = socket.create_server(("127.0.0.1", 0))
+out["own"] = reach(socket.AF_INET, own.getsockname())
 try:
     socket.getaddrinfo("example.com", 443); out["dns"] = "RESOLVED"
 except OSError as e:
     out["dns"] = str(e)
 out["links"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])
 ''')
+    finally:
+        listener.close()
+    assert out["own"] == "CONNECTED"  # the probe sees a connection when there is one
     assert out["v4"] != "CONNECTED" and out["v6"] != "CONNECTED"
+    assert "CONNECTED" not in out["host"].values(), out["host"]
     assert out["dns"] != "RESOLVED"
     assert out["links"] == ["lo"]
 
 
 def test_host_files_absent(isolated, canaries: str) -> None:
+    # The control: a file with the canary's name that the sandbox does hold (its own /tmp) must be found, and the walk
+    # must have gone through the tree, so a walk that silently failed (its errors are ignored) cannot pass.
     out = run_json(isolated, f'''
 import os
-out = []
-for root, dirs, files in os.walk("/", onerror=lambda e: None):
+open("/tmp/cellgate-control-{canaries}", "w").close()
+out = {{"found": [], "folders": 0, "errors": []}}
+for root, dirs, files in os.walk("/", onerror=lambda e: out["errors"].append(e.filename)):
     if root.startswith(("/proc", "/sys", "/dev")):
         dirs[:] = []
         continue
-    out += [os.path.join(root, f) for f in files if "{canaries}" in f]
+    out["folders"] += 1
+    out["found"] += [os.path.join(root, f) for f in files if "{canaries}" in f]
 ''')
-    assert out == []
+    assert out["found"] == [f"/tmp/cellgate-control-{canaries}"], out["found"]
+    assert "/" not in out["errors"] and out["folders"] > 100, (out["folders"], out["errors"][:20])
 
 
 def test_host_environment_absent(isolated, canaries: str) -> None:

@@ -327,14 +327,16 @@ def test_G11_kernel_self_description_decides_nothing(hostile) -> None:
     assert hostile.session.sandbox_info["runtime"] == "gvisor"
 
 
-def test_PR3_malformed_frames_are_dropped_and_logged(hostile) -> None:
+def test_PR3_malformed_frames_are_dropped_and_logged(hostile_alone) -> None:
+    hostile = hostile_alone
     before = rejected(hostile)
+    logged = len(journal(hostile))
     result = hostile.execute('''
 good = signed("display_data", {"data": {"text/plain": "x"}, "metadata": {}})
 cases = [
     good[:3],                                      # fewer than 5 frames after the delimiter
     [b"no-delimiter"],                             # handled below
-    [good[0], b"\\xff\\xfe", *good[2:]],           # invalid UTF-8 header (bad signature too)
+    [good[0], b"\\xff\\xfe", *good[2:]],           # invalid UTF-8 header (its signature is wrong too)
     signed("display_data", b'{"data": {"text/pl'),  # truncated JSON
     signed("display_data", b'{"data": NaN}'),
     signed("display_data", {"x": 1}, header_extra={"pad": "p" * 70000}),  # 64 KB header
@@ -350,6 +352,17 @@ print(len(cases))
 ''')
     assert result.stdout == "8\n"
     wait_for_rejections(hostile, before + 8)
+    # Each frame dropped for its own reason, in the order sent (a count alone would pass on 8 of one kind).
+    deadline = time.monotonic() + 20
+    while len(reasons := [e["error"] for e in journal(hostile)[logged:]
+                          if e["event"] in ("protocol-error", "call-rejected")]) < 8:
+        assert time.monotonic() < deadline, reasons
+        time.sleep(0.05)  # polling the journal for the host's events
+    expected = ["3 frames after the delimiter", "ValueError: b'<IDS|MSG>' is not in list",
+                "ProtocolError: invalid JSON: not UTF-8", "ProtocolError: invalid JSON: Unterminated string",
+                "ProtocolError: NaN is not valid JSON", "oversize header/parent/metadata (70",
+                "unknown msg_type 'totally_unknown'", "ValueError: Invalid Signature: b'" + "0" * 64]
+    assert len(reasons) == len(expected) and all(r.startswith(e) for r, e in zip(reasons, expected)), reasons
     assert_alive(hostile)
     cells = nbformat.read(hostile.session.notebook_path, as_version=4).cells
     assert not any("pl" in json.dumps(o) and "NaN" in json.dumps(o) for c in cells for o in c.outputs)

@@ -11,9 +11,7 @@ still works.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -234,55 +232,24 @@ for _ in range(112):   # each its own message: the cell records 8 MB (output_lim
 '''
 
 
-class LoopLag:
-    """How long the gate's event loop takes to run a no-op, sampled until stopped: what a call
-    arriving at the host waits before the gate can look at it."""
-
-    def __init__(self, box) -> None:
-        self.loop = box.session.provisioner.service.loop
-        self.worst = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            start = time.monotonic()
-            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(120)
-            self.worst = max(self.worst, time.monotonic() - start)
-
-    def __enter__(self) -> LoopLag:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(150)
-
-
-def test_B4_late_output_churn_neither_rewrites_the_world_nor_slows_the_next_call(session_factory) -> None:
+def test_B4_late_output_churn_does_not_rewrite_the_world_and_calls_are_answered_through_it(session_factory) -> None:
     box = session_factory(cell_timeout=120.0)
     big = box.execute(CHURN)
     assert big.status == "ok"
     assert box.session.notebook_path.stat().st_size > 7 << 20  # the world a late output used to rewrite
     wrote = written_bytes()
-    with LoopLag(box) as lag:
-        result = box.execute('''
-import time
+    result = box.execute('''
 go.set()
-worst, calls = 0.0, 0
+calls = 0
 while churner.is_alive() or calls < 20:   # calls all through the flood
     calls += 1
-    t = time.perf_counter()
-    tools.echo("x")
-    worst = max(worst, time.perf_counter() - t)
-print(f"{worst:.3f}")
+    assert tools.echo("x") == "x"
+print(calls)
 ''')
     assert result.status == "ok", result.error
-    # The host: a call arriving during the flood waits less than 1 s for the gate (before: 30.6 s).
-    assert lag.worst < 1.0, lag.worst
-    # End to end, seen from the cell: also the kernel's own output queue and a loaded machine's
-    # scheduling (0.2-0.5 s alone, up to 2.4 s seen beside other sandbox suites), so a looser bound.
-    assert float(result.stdout) < 5.0, result.stdout
+    # Every call made during the flood was answered. How long they waited is benchmarks/host_bounds.py's (a ratio
+    # against a quiet loop): here, what the host wrote meanwhile is what it counts.
+    assert int(result.stdout) >= 20, result.stdout
     deadline = time.monotonic() + 60
     while len(code_cells(box)[0].metadata.cellgate.get("late_outputs", [])) < 100:
         assert time.monotonic() < deadline, "late output never reached the notebook"

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.xdist_group("cpu")
 TOOLS = '''
 """Tools whose effects the test can see: each run appends a line to a file beside this module."""
 
+import os
+import time
 from pathlib import Path
 
 LOG = Path(__file__).with_name("refunds.log")
@@ -48,6 +50,21 @@ def refund(amount: int = 5000) -> str:
 def echo(text: str) -> str:
     """Return text unchanged."""
     return text
+
+
+def await_request(seconds: float = 60) -> list[str]:
+    """Wait on the host until the approval queue holds a request; the ids it holds.
+
+    Args:
+        seconds: The bound.
+    """
+    queue = Path(os.environ["CELLGATE_APPROVALS_DIR"])
+    deadline = time.monotonic() + seconds
+    while not (pending := sorted(queue.glob("*.request.json"))):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no approval request appeared in {queue} within {seconds} s")
+        time.sleep(0.05)  # polling the queue folder the gate writes to
+    return [path.name.removesuffix(".request.json") for path in pending]
 '''
 
 POLICY = '''
@@ -158,12 +175,14 @@ def test_B6_a_pending_approval_dies_with_its_cell_however_the_cell_ends(session_
     (call,) = nbformat.read(box.session.notebook_path, as_version=4).cells[-1].metadata.cellgate.calls
     assert call["decision"] == "approval-withdrawn" and call["ok"] is False and call["approval"]["answered"] is None
 
-    # The cell ends normally while a thread it started waits for approval.
-    pending = submit(box, "import threading, time\nthreading.Thread(target=lambda: tools.refund(4200)).start()\n"
-                          "time.sleep(1.5)")
-    request_id = one_request(approvals)
+    # The cell ends normally while a thread it started waits for approval: the cell ends once the host's queue
+    # holds the thread's request (a tool that waits for it on the host and returns its id), not after a guess at
+    # how long that takes. The request lives only until the cell ends, so its id comes from the cell's output.
+    pending = submit(box, "import threading\nthreading.Thread(target=lambda: tools.refund(4200)).start()\n"
+                          "print(*tools.await_request())")
     result = pending.result(60)
     assert result.status == "ok"
+    (request_id,) = result.stdout.split()  # the cell ended with the request pending
     assert_withdrawn(box, folder, approvals, request_id, "ok")
 
     # Timeout: the main thread waits for approval past cell_timeout, with no person answering.
@@ -177,11 +196,11 @@ def test_B6_a_pending_approval_dies_with_its_cell_however_the_cell_ends(session_
         box.restart()
 
     # The kernel dies while a thread's call waits.
-    pending = submit(box, "import threading, os, time\nthreading.Thread(target=lambda: tools.refund(4400)).start()\n"
-                          "time.sleep(1.5)\nos.kill(os.getpid(), 9)")
-    request_id = one_request(approvals)
+    pending = submit(box, "import threading, os\nthreading.Thread(target=lambda: tools.refund(4400)).start()\n"
+                          "print(*tools.await_request(), flush=True)\nos.kill(os.getpid(), 9)")
     result = pending.result(60)
     assert result.status == "kernel-died"
+    (request_id,) = result.stdout.split()
     assert_withdrawn(box, folder, approvals, request_id, "kernel-died")
 
     # Restarted, the session works, and a fresh request is answered normally.
@@ -256,19 +275,17 @@ def test_B7_a_pending_approval_is_no_shield_against_the_cell_timeout(session_fac
     folder = project(tmp_path_factory)
     box = session_factory(config=folder / "cellgate.toml", tools=[], cell_timeout=5.0, interrupt_grace=3.0)
     # A thread holds an approval pending while the main thread computes for 40 s.
-    started = time.monotonic()
     pending = submit(box, "import threading, time\nthreading.Thread(target=lambda: tools.refund(4000)).start()\n"
                           "t = time.time()\nwhile time.time() - t < 40:\n    pass\nprint('computed for 40 s')")
     request_id = one_request(approvals)
     result = pending.result(120)
-    took = time.monotonic() - started
+    # Stopped by its 5 s limit (the sandbox's CPU time), not let run its 40 s because a call was pending.
     assert result.status == "timeout" and "timeout" in result.limits_hit, (result.status, result.limits_hit)
     assert "computed for 40 s" not in result.stdout
-    # 5 s of the sandbox's CPU time, however busy the host's cores are (here: shared), plus the interrupt.
-    assert took < 30, took
     assert_withdrawn(box, folder, approvals, request_id, "timeout")
 
-    # Waiting for a person still costs the cell nothing: 8 s idle waiting, over the 5 s limit, then approved.
+    # Waiting for a person still costs the cell nothing: 8 s idle waiting, over the 5 s limit, then approved
+    # (the wall clock passing the limit is the case tested here, not a wait for something to happen).
     started = time.monotonic()
     pending = submit(box, "print(tools.refund(4100))")
     request_id = one_request(approvals)

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
     schema = _strip_titles(schema)
     properties = schema.get("properties", {})
     for arg, parameter in signature.parameters.items():
-        if parameter.default is not inspect.Parameter.empty and arg in properties and "default" not in properties[arg]:
+        given = parameter.default is not inspect.Parameter.empty
+        if given and arg in properties and not _json_default(properties[arg]):
             # The gate fills defaults before the policy sees a call; one it cannot write down would reach the tool unseen.
             raise ConfigError(
                 f"tool {name!r} ({source or function.__module__}): the default of parameter {arg!r} "
@@ -103,6 +105,18 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
                 accepts_idempotency_key=takes_key)
+
+
+def _json_default(prop: dict[str, Any]) -> bool:
+    """Whether the schema holds the parameter's default as JSON can write it (pydantic leaves out what it cannot
+    serialize, and keeps NaN and the infinities, which JSON has no words for)."""
+    if "default" not in prop:
+        return False
+    try:
+        json.dumps(prop["default"], allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _filling_properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
