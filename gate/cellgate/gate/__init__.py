@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.audit.cells import CellRecord
     from cellgate.gate.audit.events import Run as JournalEventRun
     from cellgate.gate.audit.recorder import Recorder
+    from cellgate.gate.audit.sanitize import untrusted_markdown
     from cellgate.gate.audit.verify import check_run as verify_run
     from cellgate.gate.calls.approval_queue import answer as answer_approval
     from cellgate.gate.calls.approval_queue import pending_request as pending_approval
@@ -117,6 +118,7 @@ _FACE = {
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
+    "untrusted_markdown": "cellgate.gate.audit.sanitize",
     "verify_run": "cellgate.gate.audit.verify:check_run",
     "waiting_notices": "cellgate.gate.ops.waiting",
 }
@@ -130,7 +132,7 @@ __all__ = [
     "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources",
     "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
     "sandbox_kernel_environment", "sandbox_owner_alive", "stub_signature", "tool_from_function", "trim",
-    "verify_run", "waiting_notices",
+    "untrusted_markdown", "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 
