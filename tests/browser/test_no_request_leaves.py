@@ -150,10 +150,9 @@ def test_the_models_text_and_the_task_reach_the_beacon_only_when_written_unsanit
         assert [c.cell_type for c in cells] == ["markdown", "markdown"]
         try:
             open_notebook(browser, lab, "exfil-agent.ipynb")
-            wait_for(lambda: len([e for e in find(browser, ".jp-MarkdownOutput")
-                                  if "cellgate removed from this text" in e.text]) == 2, 60,
-                     "both cells to show what was removed", show=lambda: output_texts(browser))
             wait_typeset(browser, 4, "the agent run's audit notebook")  # the defused math is still math
             nothing_reaches(server, "the model's turn and the task in the record of `cellgate run`")
+            marked = [e.text for e in find(browser, ".jp-MarkdownOutput") if "cellgate removed from this text" in e.text]
+            assert len(marked) == 2, [e.text for e in find(browser, ".jp-MarkdownOutput")]
         finally:
             lab.shutdown_kernels()

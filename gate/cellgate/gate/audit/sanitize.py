@@ -155,7 +155,7 @@ def untrusted_markdown(text: str) -> tuple[str, list[str]]:
         body = f"<pre>{html.escape(text)}</pre>"
     else:
         rendered = _MARKDOWN.render(text)
-        body, tex = _defuse(_cleaner(noting).clean(rendered))
+        body, tex = _defuse(_cleaner(noting).clean(rendered).rstrip("\n"))
         gone = _tag_names(rendered) - _tag_names(body)
         removed += [f"a <{name}> element" for name in sorted(gone)] + [f"the TeX command {c[1:]}" for c in tex]
     removed = list(dict.fromkeys(removed))
