@@ -46,7 +46,8 @@ PLAIN_MODEL_HITS = sorted(case for who in ("task", "turn") for case in model_cas
 
 
 def payload_notebook(bundles: dict[str, dict[str, str]], kernel: str) -> dict[str, Any]:
-    """One cell displays every payload, then says it is done."""
+    """One cell displays every payload, then says it is done (one cell: the record of several cells queued at
+    once by Run All is not what this test is about)."""
     source = "".join(f"display({json.dumps(bundle)}, raw=True)\n" for bundle in bundles.values())
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source + f"print({DONE!r})")])
     nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
