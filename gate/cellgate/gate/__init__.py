@@ -124,6 +124,7 @@ _FACE = {
 }
 
 __all__ = [
+    "untrusted_markdown",  # text nobody checked (a model's) as a markdown cell may show it
     "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
     "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",
@@ -132,7 +133,7 @@ __all__ = [
     "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources",
     "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
     "sandbox_kernel_environment", "sandbox_owner_alive", "stub_signature", "tool_from_function", "trim",
-    "untrusted_markdown", "verify_run", "waiting_notices",
+    "verify_run", "waiting_notices",
 ]
 assert sorted(__all__) == sorted(_FACE)
 
