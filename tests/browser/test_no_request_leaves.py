@@ -153,7 +153,7 @@ def test_the_models_text_and_the_task_reach_the_beacon_only_when_written_unsanit
             open_notebook(browser, lab, "exfil-agent.ipynb")
             wait_typeset(browser, 4, "the agent run's audit notebook")  # the defused math is still math
             nothing_reaches(server, "the model's turn and the task in the record of `cellgate run`")
-            marked = [e.text for e in find(browser, ".jp-MarkdownOutput") if "cellgate removed from this text" in e.text]
-            assert len(marked) == 2, [e.text for e in find(browser, ".jp-MarkdownOutput")]
+            shown = [e.text for e in find(browser, ".jp-MarkdownOutput")]
+            assert len([t for t in shown if "cellgate removed from this text" in t]) == 2, shown
         finally:
             lab.shutdown_kernels()

@@ -69,7 +69,8 @@ def test_a_command_split_by_what_mathjax_ignores_is_defused(mime: str, split: st
 
 
 def test_commands_that_define_commands_are_defused_and_plain_math_is_kept() -> None:
-    data, _, _ = sanitize_bundle({"text/latex": r"$\def\x#1{\mml#1}\x{Token}$ $\newcommand{\y}{z}$ $a^2 + \frac{1}{b}$"})
+    latex = r"$\def\x#1{\mml#1}\x{Token}$ $\newcommand{\y}{z}$ $a^2 + \frac{1}{b}$"
+    data, _, _ = sanitize_bundle({"text/latex": latex})
     assert data["text/latex"] == (r"$\text{(def removed)}\x#1{\mml#1}\x{Token}$ $\text{(newcommand removed)}{\y}{z}$ "
                                   r"$a^2 + \frac{1}{b}$")
 
