@@ -14,6 +14,7 @@ from conftest import COUNTED_TOOLS as COUNTED
 from conftest import SNAPSHOTS, cellgate
 
 from cellgate.extensions.anthropic.testing import APIFailure, estimate_tokens, reply, text, tool_use
+from cellgate.gate import untrusted_markdown
 from cellgate.gate.testing import normalize_notebook
 
 GOLDEN = SNAPSHOTS / "agent_code_mode.json"
@@ -41,7 +42,7 @@ def test_code_mode_runs_each_program_as_a_cell_and_records_the_turns(tmp_path: P
     nb = nbformat.read(notebook, as_version=4)
     assert [(c.cell_type, c.metadata.cellgate.get("kind")) for c in nb.cells] == [
         ("markdown", "task"), ("markdown", "model"), ("code", None), ("markdown", "model")]
-    assert nb.cells[1].source == "I will total the ledger."
+    assert nb.cells[1].source == untrusted_markdown("I will total the ledger.")[0]  # the model's text, sanitized
     assert nb.cells[2].source == program
     assert [c["tool"] for c in nb.cells[2].metadata.cellgate.calls] == ["ledger", "charge"]
     agent = nb.metadata.cellgate.agent

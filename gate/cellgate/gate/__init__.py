@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.audit.cells import CellRecord
     from cellgate.gate.audit.events import Run as JournalEventRun
     from cellgate.gate.audit.recorder import Recorder
+    from cellgate.gate.audit.sanitize import untrusted_markdown
     from cellgate.gate.audit.verify import check_run as verify_run
     from cellgate.gate.calls.approval_queue import answer as answer_approval
     from cellgate.gate.calls.approval_queue import pending_request as pending_approval
@@ -125,11 +126,13 @@ _FACE = {
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",
+    "untrusted_markdown": "cellgate.gate.audit.sanitize",
     "verify_run": "cellgate.gate.audit.verify:check_run",
     "waiting_notices": "cellgate.gate.ops.waiting",
 }
 
 __all__ = [
+    "untrusted_markdown",  # text nobody checked (a model's) as a markdown cell may show it
     "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
     "RESERVED_TOOL_NAMES", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",

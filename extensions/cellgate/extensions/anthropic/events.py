@@ -2,7 +2,11 @@
 
 ``agent-started`` (the task: a markdown cell), ``model-turn`` (one API
 response: its text a markdown cell, its token usage summed) and
-``agent-ended`` (how the run ended). The loop writes them with the functions
+``agent-ended`` (how the run ended). The model's text and the task are
+untrusted (a prompt-injected model writes what its input told it to, such as
+an image whose URL carries what it read): each cell shows them as the
+sanitizer shows kernel markdown (``untrusted_markdown``: no remote image, TeX
+defused, a note of what was removed); the journal keeps them as written. The loop writes them with the functions
 below; the renderers are registered in the entry-point group
 ``cellgate.journal_events`` (see ``cellgate.gate.audit.events``) and keep
 the notebook's ``metadata.cellgate.agent``.
@@ -11,6 +15,8 @@ the notebook's ``metadata.cellgate.agent``.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from cellgate.gate import untrusted_markdown
 
 if TYPE_CHECKING:
     from cellgate.gate import CellRecord, Recorder
@@ -39,7 +45,8 @@ def agent_ended(recorder: Recorder, reason: str, turns: int, detail: str | None 
 def render_agent_started(run: Run, record: dict[str, Any]) -> CellRecord | None:
     agent = {key: record[key] for key in ("task", "model", "mode") if key in record}
     run.sections["agent"] = {**agent, "turns": [], "usage": {}, "ended": None}
-    return run.markdown_cell("agent-task", f"**Task:** {record['task']}", record["time"], {"kind": "task"})
+    source, removed = untrusted_markdown(f"**Task:** {record['task']}")
+    return run.markdown_cell("agent-task", source, record["time"], {"kind": "task", **_removed(removed)})
 
 
 def render_model_turn(run: Run, record: dict[str, Any]) -> CellRecord | None:
@@ -54,8 +61,14 @@ def render_model_turn(run: Run, record: dict[str, Any]) -> CellRecord | None:
     for key, value in usage.items():
         totals[key] = totals.get(key, 0) + value
     if str(record.get("text") or "").strip():
-        return run.markdown_cell(f"turn-{record['turn']}", record["text"], record["time"], turn)
+        source, removed = untrusted_markdown(str(record["text"]))
+        return run.markdown_cell(f"turn-{record['turn']}", source, record["time"], {**turn, **_removed(removed)})
     return None
+
+
+def _removed(removed: list[str]) -> dict[str, Any]:
+    """The cell's metadata note of what the sanitizer removed from the text it shows (none: no key)."""
+    return {"sanitized": removed} if removed else {}
 
 
 def render_agent_ended(run: Run, record: dict[str, Any]) -> CellRecord | None:

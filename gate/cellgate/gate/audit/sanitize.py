@@ -20,9 +20,16 @@ XSRF cookie. Every MIME bundle (``display_data``, ``update_display_data``,
 - ``image/svg+xml`` is shown as ``<img src="data:image/svg+xml;base64,...">``
   in ``text/html``: an SVG loaded as an image never runs script and never
   loads anything, whatever it contains, so no SVG allowlist is needed;
-- TeX commands that make links, styles, classes or load packages in MathJax
-  (``\\href``, ``\\style``, ``\\require``...) are neutralised in ``text/latex``
-  and in the text of HTML (which JupyterLab also typesets);
+- TeX commands that make links, styles, classes, images or load packages in
+  MathJax (``\\href``, ``\\style``, ``\\require``, ``\\mmlToken``...), and those
+  that define new commands (one could spell an active one from pieces), are
+  neutralised in ``text/latex`` and in the text of HTML (which JupyterLab also
+  typesets). They are looked for in the text MathJax reads: JupyterLab's and
+  Notebook 7's MathJax (3.2, ``@jupyterlab/mathjax-extension``) reads math
+  across the tags of its ``includeHtmlTags`` (``<br>`` as a newline, ``<wbr>``
+  and comments as nothing), so ``\\mml<wbr>Token`` is ``\\mmlToken`` to it: the
+  HTML cleaner drops ``<wbr>`` and comments (``<br>`` cannot join a command), and
+  ``text/latex`` loses both before the check;
 - every other type (``application/javascript``, widget views, vendor types) is
   removed, and a visible note is added to ``text/plain``.
 
@@ -40,8 +47,10 @@ the gate's.
 from __future__ import annotations
 
 import base64
+import html
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from html.parser import HTMLParser
 from typing import Any
 
 import nh3
@@ -55,7 +64,13 @@ _DATA_IMAGE = re.compile(r"^\s*data:image/(png|jpeg|gif|webp|svg\+xml)[;,]", re.
 # tooltips or package loads; JupyterLab typesets math in HTML, markdown and LaTeX outputs.
 _TEX_ACTIVE = re.compile(
     r"\\(href|url|class|cssId|style|data|require|unicode|toggle|mathtip|texttip|tip|html[A-Za-z]*|bbox|enclose"
-    r"|mmlToken)(?![A-Za-z])")
+    r"|mmlToken|setOptions"
+    # Definitions: MathJax substitutes a macro's arguments as text, so new commands could assemble an active name.
+    r"|[gex]?def|let|(?:re)?newcommand|providecommand|(?:re)?newenvironment|DeclareMathOperator|Newextarrow"
+    r"|DeclarePairedDelimiter[A-Za-z]*|newtagform|mathtoolsset)(?![A-Za-z])")
+# What MathJax's includeHtmlTags reads as nothing inside math (JupyterLab 4 and Notebook 7: {br: "\n", wbr: "",
+# "#comment": ""}); for text/latex, which a frontend may parse as HTML. An unclosed comment runs to the end.
+_MATHJAX_IGNORED = re.compile(r"<wbr\b[^>]*>|<!--.*?(?:--!?>|\Z)", re.IGNORECASE | re.DOTALL)
 CELLGATE_MIME_PREFIX = "application/vnd.cellgate."
 FORGED = "forged"  # the action of a note on what the kernel sent in cellgate's own name
 MAX_MARKDOWN = 1 << 20  # rendered on the host's relay thread: a larger one is shown as text
@@ -75,23 +90,102 @@ def _attribute_filter(element: str, attribute: str, value: str) -> str | None:
     return value
 
 
-_CLEANER = nh3.Cleaner(
-    clean_content_tags=_CLEAN_CONTENT,
-    attribute_filter=_attribute_filter,
-    url_schemes={"http", "https", "mailto", "data"},  # data: only survives the filter in img src
-    strip_comments=True,
-    link_rel="noopener noreferrer nofollow",
-)
+def _cleaner(attribute_filter: Callable[[str, str, str], str | None]) -> nh3.Cleaner:
+    return nh3.Cleaner(
+        tags=_TAGS,
+        clean_content_tags=_CLEAN_CONTENT,
+        attribute_filter=attribute_filter,
+        url_schemes={"http", "https", "mailto", "data"},  # data: only survives the filter in img src
+        strip_comments=True,  # MathJax reads math across comments and <wbr> (above): neither is kept
+        link_rel="noopener noreferrer nofollow",
+    )
+
+
+_TAGS = set(nh3.ALLOWED_TAGS) - {"wbr"}
+_CLEANER = _cleaner(_attribute_filter)
 _MARKDOWN = MarkdownIt("commonmark", {"html": True})
 
 
 def defuse_tex(text: str) -> str:
-    r"""``\href{...}`` becomes ``\text{(href removed)}``: inert in MathJax and visible as text."""
-    return _TEX_ACTIVE.sub(lambda m: r"\text{(" + m.group(1) + " removed)}", text)
+    r"""``\href{...}`` becomes ``\text{(href removed)}``: inert in MathJax and visible as text.
+
+    ``text`` must be what MathJax reads: cleaned HTML, or TeX passed through ``mathjax_text``.
+    """
+    return _defuse(text)[0]
+
+
+def _defuse(text: str) -> tuple[str, list[str]]:
+    found: list[str] = []
+
+    def mark(match: re.Match[str]) -> str:
+        found.append("\\" + match.group(1))
+        return r"\text{(" + match.group(1) + " removed)}"
+
+    return _TEX_ACTIVE.sub(mark, text), found
+
+
+def mathjax_text(tex: str) -> str:
+    """``tex`` without what MathJax would read as nothing in it, removed until none is left (a removal can join
+    ``<wb`` and ``r>``)."""
+    while True:
+        shorter = _MATHJAX_IGNORED.sub("", tex)
+        if shorter == tex:
+            return tex
+        tex = shorter
 
 
 def clean_html(html: str) -> str:
     return defuse_tex(_CLEANER.clean(html))
+
+
+def untrusted_markdown(text: str) -> tuple[str, list[str]]:
+    """(the source of a markdown cell showing ``text``, what was removed from it) for text nobody checked: a
+    model's turn, a task. It is the sanitized HTML of ``text`` (as a ``text/markdown`` output is), with a visible
+    note of what was removed, written so that a frontend's markdown renderer shows exactly that HTML."""
+    removed: list[str] = []
+
+    def noting(element: str, attribute: str, value: str) -> str | None:
+        kept = _attribute_filter(element, attribute, value)
+        if kept is None:
+            removed.append(f"the {attribute} of an {element}" if element[0] in "aeiou" else
+                           f"the {attribute} of a {element}")
+        return kept
+
+    if len(text) > MAX_MARKDOWN:
+        body = f"<pre>{html.escape(text)}</pre>"
+    else:
+        rendered = _MARKDOWN.render(text)
+        body, tex = _defuse(_cleaner(noting).clean(rendered).rstrip("\n"))
+        gone = _tag_names(rendered) - _tag_names(body)
+        removed += [f"a <{name}> element" for name in sorted(gone)] + [f"the TeX command {c[1:]}" for c in tex]
+    removed = list(dict.fromkeys(removed))
+    if removed:
+        body += ("<p><em>[cellgate removed from this text: " + html.escape(", ".join(removed))
+                 + "; the journal keeps it as written]</em></p>")
+    return f'<div class="cellgate-untrusted">{body}</div>'.translate(_MARKDOWN_INERT), removed
+
+
+# A markdown cell's source is parsed again by the frontend, and JupyterLab finds math in it first, blind to HTML
+# (math text it puts back could land in an attribute): one line of HTML (one HTML block to any CommonMark parser)
+# in which the characters that math search reads are character references, which mean the same in HTML.
+_MARKDOWN_INERT = {ord(c): f"&#{ord(c)};" for c in "$\\{}@`\n\r"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.names: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.names.add(tag)
+
+
+def _tag_names(markup: str) -> set[str]:
+    """The elements named in ``markup`` (for the note of what was removed; the cleaner decides what stays)."""
+    parser = _Tags()
+    parser.feed(markup)
+    parser.close()
+    return parser.names
 
 
 def svg_as_image(svg: str) -> str:
@@ -158,7 +252,7 @@ def sanitize_bundle(data: Any, metadata: Any = None, trusted: Iterable[str] = ()
             html_parts.append(svg_as_image(text))
             note(mime, "shown as an image in text/html")
         elif mime == "text/latex" and text is not None:
-            defused = defuse_tex(text)
+            defused = defuse_tex(mathjax_text(text))
             out[mime] = defused
             if defused != text:
                 note(mime, "cleaned")
