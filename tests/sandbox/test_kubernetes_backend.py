@@ -309,6 +309,13 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
         f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml(pool=WARM))
     log_path = tmp_path / "serve.log"
     before = {o["metadata"]["name"] for o in cluster.objects("pods")}
+    kept = cluster.owned_names()  # other tests' objects, if any are left: not this server's
+    started_after_sigterm: list[str] = []
+    stopping = False
+
+    def heard(plural: str, kind: str, obj: dict[str, Any]) -> None:
+        if stopping and plural == "pods" and kind == "ADDED":
+            started_after_sigterm.append(obj["metadata"]["name"])
 
     def start(port: int) -> subprocess.Popen[str]:
         return subprocess.Popen([*CELLGATE, "mcp", "serve", "--config", str(tmp_path / "cellgate.toml"),
@@ -336,8 +343,21 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
             runs = asyncio.run(asyncio.wait_for(scenario(), 300))
             during = {o["metadata"]["name"] for o in cluster.objects("pods")} - before
         finally:
+            cluster.api.store.listeners.append(heard)
+            stopping = True
             process.terminate()
-            assert process.wait(120) in (0, -15), log_path.read_text()[-2000:]
+            assert process.wait(120) in (0, -15), log_path.read_text()[-2000:]  # -15: uvicorn re-raises SIGTERM
+            cluster.api.store.listeners.remove(heard)
+    # On SIGTERM the server starts no kernel (the pool refills no more) and deletes each of its kernels' objects
+    # before it exits: a pod it leaves is a cost nobody sees. The node may still be stopping a pod (deleted, not
+    # yet gone) when the server exits; the rest is gone by then.
+    assert not started_after_sigterm, f"pods started after SIGTERM: {started_after_sigterm}"
+    left = cluster.owned_names() - kept
+    undeleted = [(plural, name) for plural, name in sorted(left)
+                 if "deletionTimestamp" not in (cluster.api.store.get(plural, NAMESPACE, name) or {
+                     "metadata": {"deletionTimestamp": "gone since"}})["metadata"]]
+    assert not undeleted, f"objects the server left behind, never deleted: {undeleted}"
+    cluster.wait_until(lambda: not cluster.owned_names() - kept, 60, f"the pods still stopping: {sorted(left)}")
     hosts = set()
     for secret, (first, again, _) in zip(secrets_, runs, strict=True):
         echoed, host = first.splitlines()[:2]
@@ -346,4 +366,3 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
     assert len({handle for _, _, handle in runs}) == CONCURRENT
     assert len(hosts) == CONCURRENT and len(during) >= CONCURRENT  # one pod (its own hostname) per session
     assert warm <= hosts  # the warm pool's pods went to sessions, each to one
-    assert not {o["metadata"]["name"] for o in cluster.objects("pods")} - before  # all deleted with the server
