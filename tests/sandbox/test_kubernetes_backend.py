@@ -297,6 +297,41 @@ def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(clust
                               "These variables are gone: `survivor`.")
 
 
+def assert_deleted_before_exit(cluster: FakeCluster, kept: set[tuple[str, str]]) -> None:
+    """Every kernel object but ``kept`` is gone or being deleted (a pod its node is still stopping: it has a
+    deletionTimestamp) now, just after the server exited; then wait, on the cluster's changes, until it is gone."""
+    left = cluster.owned_names() - kept
+    undeleted = [(plural, name) for plural, name in sorted(left)
+                 if "deletionTimestamp" not in (cluster.api.store.get(plural, NAMESPACE, name) or {
+                     "metadata": {"deletionTimestamp": "gone since"}})["metadata"]]
+    assert not undeleted, f"objects the server left behind, never deleted: {undeleted}"
+    cluster.wait_until(lambda: not cluster.owned_names() - kept, 60, f"the pods still stopping: {sorted(left)}")
+
+
+def test_mcp_serve_over_stdio_deletes_its_pods_on_sigterm_before_it_exits(cluster: FakeCluster,
+                                                                        tmp_path: Path) -> None:
+    """A client (Claude Code, an IDE) stops its stdio server with SIGTERM, stdin still open: the warm pod goes."""
+    (tmp_path / "cellgate.toml").write_text(f'[tools]\nmodules = ["{SAMPLE_TOOLS}"]\n\n'
+                                            f'[audit]\ndir = "{tmp_path / "runs"}"\n\n' + cluster.toml(pool=1))
+    before = {o["metadata"]["name"] for o in cluster.objects("pods")}
+    kept = cluster.owned_names()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen([*CELLGATE, "mcp", "serve", "--config", str(tmp_path / "cellgate.toml")],
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp_path)
+        try:
+            cluster.wait_for_ready_pods(before, 1)  # the pool's pod, started before any client
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(120) == -signal.SIGTERM, log_path.read_text()[-2000:]
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+            assert process.stdin is not None
+            process.stdin.close()
+    assert_deleted_before_exit(cluster, kept)
+
+
 # The suite runs 4 at once (its time budget); the issue's 16: CELLGATE_TEST_K8S_SESSIONS=16 (50-80 s on 2 cores).
 CONCURRENT = int(os.environ.get("CELLGATE_TEST_K8S_SESSIONS", "4"))
 WARM = 2  # [sandbox] pool: pods started ahead
@@ -352,12 +387,7 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
     # before it exits: a pod it leaves is a cost nobody sees. The node may still be stopping a pod (deleted, not
     # yet gone) when the server exits; the rest is gone by then.
     assert not started_after_sigterm, f"pods started after SIGTERM: {started_after_sigterm}"
-    left = cluster.owned_names() - kept
-    undeleted = [(plural, name) for plural, name in sorted(left)
-                 if "deletionTimestamp" not in (cluster.api.store.get(plural, NAMESPACE, name) or {
-                     "metadata": {"deletionTimestamp": "gone since"}})["metadata"]]
-    assert not undeleted, f"objects the server left behind, never deleted: {undeleted}"
-    cluster.wait_until(lambda: not cluster.owned_names() - kept, 60, f"the pods still stopping: {sorted(left)}")
+    assert_deleted_before_exit(cluster, kept)
     hosts = set()
     for secret, (first, again, _) in zip(secrets_, runs, strict=True):
         echoed, host = first.splitlines()[:2]

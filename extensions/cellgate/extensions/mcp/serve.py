@@ -42,6 +42,7 @@ from cellgate.gate import (
 )
 from cellgate.kernel import runtime
 
+from . import stopping
 from .auth import Verifier, auth_settings, current_principal, load_tokens
 from .config import McpConfig
 from .sessions import Sessions
@@ -81,8 +82,8 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         try:
             await sessions.start()
             yield
-        finally:
-            await sessions.close_all()
+        finally:  # also on SIGTERM (uvicorn's shutdown, or stopping.run_stdio's cancellation)
+            await stopping.close_all(sessions.close_all)
 
     server = MCPServer(
         "cellgate", lifespan=lifespan,
