@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +26,7 @@ import pytest
 import zmq
 from conftest import CELLGATE, NORTHWIND, SAMPLE_TOOLS, cellgate, serve_on_a_free_port
 from jupyter_client import BlockingKernelClient
+from kube import network
 from kube.cluster import NAMESPACE, FakeCluster, fake_cluster
 from mcp import Client
 
@@ -295,6 +298,23 @@ def test_the_gate_interrupts_over_control_and_restarts_a_kernel_oom_killed(clust
     note = next(c for c in cells if c["metadata"].get("cellgate", {}).get("kind") == "kernel-restarted")
     assert note["source"] == ("**The kernel was restarted after the sandbox reached its memory limit.** "
                               "These variables are gone: `survivor`.")
+
+
+def test_a_pods_link_never_takes_a_subnet_the_host_already_has() -> None:
+    """Every fake cluster on the machine (each xdist worker's, other runs') makes its pods' links in one range."""
+    with network._links_locked():
+        taken = network._free_link()  # the /30 the next pod would get
+    other = f"cgkt{secrets.token_hex(3)}"  # another worker's pod link, say, made just now
+    network.run("ip", "link", "add", other, "type", "veth", "peer", "name", other + "q")
+    try:
+        network.run("ip", "addr", "add", f"{next(taken.hosts())}/30", "dev", other)
+        pod = network.PodNetwork.create()
+        try:
+            assert not {ipaddress.ip_address(pod.node_ip), ipaddress.ip_address(pod.pod_ip)} & set(taken), pod
+        finally:
+            pod.delete()
+    finally:
+        subprocess.run(["ip", "link", "del", other], capture_output=True, timeout=30)
 
 
 def assert_deleted_before_exit(cluster: FakeCluster, kept: set[tuple[str, str]]) -> None:
