@@ -96,17 +96,20 @@ def tier_of(path: Path) -> str:
     return folder
 
 
-@pytest.hookimpl(tryfirst=True)  # the markers are there for -m and for pytest-xdist's own hook (the groups)
+# scripts/test runs the suite on pytest-xdist workers with --dist loadgroup: one group's tests run on one worker, one
+# after another, and the run fails if they did not (tests/xdist_grouping.py schedules and checks the groups).
+pytest_plugins = ["xdist_grouping"]
+
+
+@pytest.hookimpl(tryfirst=True)  # the markers are there for -m and for the xdist groups (read when collection ends)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(TIERS[tier_of(item.path)])
-        # scripts/test runs the suite on pytest-xdist workers with --dist loadgroup: one group's tests run on one
-        # worker, one after another. A file is a group of its own (its module's shared session starts once)
-        # unless it names one: "cpu" for the tests whose limits or bounds count CPU or wall time, so no two of
-        # them compete for the cores; the browser tier is one (one JupyterLab, one Chromium at a time).
-        if item.get_closest_marker("xdist_group") is None:
-            group = "browser" if tier_of(item.path) == "browser" else item.path.relative_to(TESTS).as_posix()
-            item.add_marker(pytest.mark.xdist_group(group))
+        # A file is a group of its own (its module's shared session starts once) unless it names one: "cpu" for
+        # the tests whose limits or bounds count CPU or wall time, so no two of them compete for the cores; the
+        # browser tier is one (one JupyterLab, one Chromium at a time).
+        if item.get_closest_marker("xdist_group") is None and tier_of(item.path) == "browser":
+            item.add_marker(pytest.mark.xdist_group("browser"))
         if "runsc" in getattr(item, "fixturenames", ()):
             item.add_marker("gvisor")
     # A test of what only root has (root_only) or only an ordinary user meets (ordinary_user) belongs to the

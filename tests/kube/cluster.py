@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from .kubelet import TestKubelet
 
 NAMESPACE = "cellgate"
 TOOLS = ("ip", "nft", "unshare")
+KERNEL_OBJECTS = ("pods", "secrets", "configmaps", "networkpolicies")
 
 
 class FakeCluster:
@@ -46,20 +47,31 @@ class FakeCluster:
 
     def wait_for_ready_pods(self, names: set[str] | None, count: int, timeout: float = 120) -> set[str]:
         """Wait (woken by each change in the API server) until ``count`` pods not in ``names`` are Ready."""
+        self.wait_until(lambda: len(self.ready_pods() - (names or set())) >= count, timeout,
+                        f"fewer than {count} new Ready pods")
+        return self.ready_pods() - (names or set())
+
+    def wait_until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait until ``done()``, asked again at each change in the API server; raise TimeoutError saying ``what``
+        is still so after ``timeout`` seconds without a change."""
         changes: queue.SimpleQueue[str] = queue.SimpleQueue()
 
         def heard(plural: str, kind: str, obj: dict[str, Any]) -> None:
             changes.put(plural)  # never blocks: the store holds its lock while it tells its listeners
         self.api.store.listeners.append(heard)
         try:
-            while len(new := self.ready_pods() - (names or set())) < count:
+            while not done():
                 try:
                     changes.get(timeout=timeout)
                 except queue.Empty:
-                    raise TimeoutError(f"fewer than {count} new Ready pods after {timeout} s of no change") from None
-            return new
+                    raise TimeoutError(f"{what} after {timeout} s of no change") from None
         finally:
             self.api.store.listeners.remove(heard)
+
+    def owned_names(self) -> set[tuple[str, str]]:
+        """(plural, name) of every object the gate makes for a kernel (the pod, its Secret, ConfigMap and
+        NetworkPolicy) that is in the cluster now."""
+        return {(plural, o["metadata"]["name"]) for plural in KERNEL_OBJECTS for o in self.objects(plural)}
 
 
 @contextmanager

@@ -8,14 +8,40 @@ node's end, as Calico and Cilium do: a table of its own per pod in the node's nf
 
 from __future__ import annotations
 
-import itertools
-import os
+import fcntl
+import ipaddress
+import json
 import secrets
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-_subnets = itertools.count(os.getpid() % 4000)
+# Each pod's link is a /30 of this range. Every fake cluster on the machine (each pytest-xdist worker's, other
+# runs') takes one that no interface of the host has, under one lock, so no two pods share a subnet.
+POD_LINKS = ipaddress.ip_network("10.246.0.0/16")
+_LOCK = Path(tempfile.gettempdir()) / "cellgate-test-pod-links.lock"
+
+
+@contextmanager
+def _links_locked() -> Iterator[None]:
+    with _LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _free_link() -> ipaddress.IPv4Network:
+    """A /30 of POD_LINKS that no interface of the host has an address in (call it with the lock held)."""
+    shown = json.loads(subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                                      timeout=30, check=True).stdout or "[]")
+    used = {ipaddress.ip_address(a["local"]) for link in shown for a in link.get("addr_info", []) if "local" in a}
+    for link in POD_LINKS.subnets(new_prefix=30):
+        if not any(address in link for address in used):
+            return link
+    raise RuntimeError(f"every /30 of {POD_LINKS} is in use on this host: delete the leftover cgk* links "
+                       "(ip link del NAME) of fake clusters that did not stop")
 
 
 def run(*argv: str) -> None:
@@ -38,15 +64,19 @@ class PodNetwork:
     @classmethod
     def create(cls) -> PodNetwork:
         tag = secrets.token_hex(3)
-        index = next(_subnets) % 16000
-        base = f"10.{246 + index // 16384}.{(index * 4) // 256 % 256}.{(index * 4) % 256}"
-        a, b, c, d = (int(x) for x in base.split("."))
-        net = cls(f"cgk-{tag}", f"cgk{tag}n", f"{a}.{b}.{c}.{d + 1}", f"{a}.{b}.{c}.{d + 2}")
         pod_if = f"cgk{tag}p"
-        run("ip", "netns", "add", net.netns)
+        with _links_locked():  # the node's address on the link claims its /30
+            link = _free_link()
+            node_ip, pod_ip = (str(host) for host in link.hosts())
+            net = cls(f"cgk-{tag}", f"cgk{tag}n", node_ip, pod_ip)
+            run("ip", "netns", "add", net.netns)
+            try:
+                run("ip", "link", "add", net.node_if, "type", "veth", "peer", "name", pod_if, "netns", net.netns)
+                run("ip", "addr", "add", f"{net.node_ip}/30", "dev", net.node_if)
+            except BaseException:
+                net.delete()
+                raise
         try:
-            run("ip", "link", "add", net.node_if, "type", "veth", "peer", "name", pod_if, "netns", net.netns)
-            run("ip", "addr", "add", f"{net.node_ip}/30", "dev", net.node_if)
             run("ip", "link", "set", net.node_if, "up")
             run("ip", "-n", net.netns, "addr", "add", f"{net.pod_ip}/30", "dev", pod_if)
             run("ip", "-n", net.netns, "link", "set", pod_if, "up")

@@ -54,12 +54,13 @@ def _serve(args: argparse.Namespace) -> int:
             raise ConfigError(local_users_refusal(args.host, args.port, where))
         url = f"{'https' if args.certfile else 'http'}://{in_url(args.host)}:{args.port}/mcp"
     from .serve import build_server, run_http
+    from .stopping import run_stdio
 
     options = {"config": str(config) if config else None, "tools": args.tools, "isolation": args.isolation}
     server = build_server(settings, options, single_client=args.transport == "stdio",
                           max_sessions=args.max_sessions, idle_timeout=args.idle_timeout, url=url)
     if args.transport == "stdio":
-        server.run("stdio")
+        run_stdio(server)  # SIGTERM closes every session first (stopping.py)
     else:
         run_http(server, args.host, args.port, args.certfile, args.keyfile, resource=auth.resource if auth else None)
     return 0

@@ -41,6 +41,7 @@ from cellgate.gate import (
 )
 from cellgate.kernel import runtime
 
+from . import stopping
 from .auth import Verifier, auth_settings, current_principal, load_tokens
 from .cell_view import CellOutput, cell_content, cell_output
 from .cell_view import cell_text as cell_text  # what execute_python's text content is, for tests
@@ -74,8 +75,8 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         try:
             await sessions.start()
             yield
-        finally:
-            await sessions.close_all()
+        finally:  # also on SIGTERM (uvicorn's shutdown, or stopping.run_stdio's cancellation)
+            await stopping.close_all(sessions.close_all)
 
     server = MCPServer(
         "cellgate", lifespan=lifespan,

@@ -223,10 +223,12 @@ class Sessions:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
-        entries, self._entries = list(self._entries.values()), {}
-        await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
+        # The pool first: each session ended below frees a slot, and a pool still open would start a sandbox (a
+        # pod) in it, one this server then abandons mid-start as it exits.
         if self.pool is not None:
             await self.pool.close()
+        entries, self._entries = list(self._entries.values()), {}
+        await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
 
     def notebook(self, handle: str, owner: Principal | None) -> Path:
         return self._owned(handle, owner).session.notebook_path

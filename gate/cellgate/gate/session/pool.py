@@ -32,6 +32,7 @@ class Pool:
         self._ready: asyncio.Queue[Session] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.max_sessions)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._starting: set[asyncio.Task[Any]] = set()  # past the slot: a sandbox is being started
         self._numbers = itertools.count(1)
         self._closed = False
         self._errors: list[BaseException] = []
@@ -45,9 +46,14 @@ class Pool:
         task = asyncio.ensure_future(self._start_one())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._starting.discard)
 
     async def _start_one(self) -> None:
         await self._slots.acquire()
+        if self._closed:  # closed while this waited for a slot: start nothing
+            self._slots.release()
+            return
+        self._starting.add(asyncio.current_task())  # type: ignore[arg-type]  # a task runs this
         options = dict(self._options)
         if self._notebook_dir is not None:
             options["notebook"] = self._notebook_dir / f"pool-{next(self._numbers)}.ipynb"
@@ -103,8 +109,9 @@ class Pool:
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._tasks):
+        for task in self._tasks - self._starting:  # waiting for a slot: nothing started yet
             task.cancel()
+        # A start under way is not cut short (its sandbox, a pod, would be left running): it ends, and is discarded.
         await asyncio.gather(*self._tasks, return_exceptions=True)
         while not self._ready.empty():
             await self._discard(self._ready.get_nowait())
