@@ -420,6 +420,7 @@ def test_concurrent_sessions_through_mcp_serve_each_get_their_own_pod_warm_ones_
     assert len(hosts) == CONCURRENT and len(during) >= CONCURRENT  # one pod (its own hostname) per session
     assert warm <= hosts  # the warm pool's pods went to sessions, each to one
 
+
 VERBS = {("POST", False): "create", ("DELETE", True): "delete", ("GET", True): "get", ("GET", False): "list",
          ("PUT", True): "update", ("PATCH", True): "patch", ("DELETE", False): "deletecollection"}
 
