@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import os
 import sys
@@ -271,7 +272,10 @@ class Relay:
         await self.tasks.end_session()
         for sock in self._front.values():
             sock.close(linger=0)
-        self.dispatcher.close()
+        abandoned = self.dispatcher.close()
+        if abandoned:  # their threads cannot be stopped; as daemons they do not keep the process alive
+            self.events.life("calls-abandoned", calls=[dataclasses.asdict(call) for call in abandoned],
+                             reason="the session ended while their tools still ran (past [sandbox] call_timeout)")
 
     # --------------------------------------------------------------- pumps
     async def _pump_to_kernel(self, channel: str) -> None:
