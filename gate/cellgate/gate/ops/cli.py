@@ -314,7 +314,10 @@ def _add_replay(sub: Any) -> None:
         from cellgate.gate.ops.replay import replay
 
         source = Path(a.notebook)
-        output = Path(a.output) if a.output else source.with_name(source.stem + ".replay.ipynb")
+        from cellgate.gate.audit.record_paths import free_path
+
+        # A name of our own is numbered on past an earlier replay's record; the one a user gives is refused.
+        output = Path(a.output) if a.output else free_path(source.with_name(source.stem + ".replay.ipynb"))
 
         async def go() -> int:
             stop = asyncio.Event()
