@@ -239,6 +239,7 @@ class Relay:
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
         self.cells.ledger = OutputLedger(backend.output_log(sandbox))
+        self.cells.saw_count(0)  # a new kernel counts from the start
         self.recorder.kernel_attached(backend.describe(sandbox))
         if self.cells:
             self.cells.start_head()
@@ -379,4 +380,4 @@ class Relay:
     async def _answer_frontend(self, header: dict[str, Any], idents: list[bytes], error: dict[str, Any]) -> None:
         """Answer a frontend for a cell the kernel cannot (``frontend_replies``)."""
         await frontend_replies.answer(self._front_session, self._front.get("iopub"), self._front["shell"], header,
-                                      idents, error)
+                                      idents, error, self.cells.kernel_count)
