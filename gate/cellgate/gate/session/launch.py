@@ -109,8 +109,9 @@ def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:
     if settings.sandbox.workspace:
         settings = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(
             update={"workspace": str(settings.resolve(settings.sandbox.workspace))})})
-    if isinstance(overrides.get("workspace"), str):
-        overrides["workspace"] = str((Path(cwd or os.getcwd()) / os.path.expanduser(overrides["workspace"])).resolve())
+    workspace = overrides.get("workspace")
+    if isinstance(workspace, str):
+        overrides["workspace"] = str((Path(cwd or os.getcwd()) / os.path.expanduser(workspace)).resolve())
     if overrides:
         try:  # validated like the file's own [sandbox] table
             sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **overrides})
