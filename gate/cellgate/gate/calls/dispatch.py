@@ -55,6 +55,9 @@ from cellgate.kernel.wire import ErrorKind
 __all__ = ["CallFailed", "CallLog", "CallRecord", "CallScope", "Dispatcher", "Outcome", "Refused", "Secret"]
 
 RefusalVerdict = Literal["record", "coalesced", "dropped"]
+# The decision recorded for a call refused before any policy rule saw it, in the words every view uses
+# (``audit.call_summary.decision``: `cellgate show`, report, the notebook's calls table, JupyterLab's panel).
+REFUSED_BEFORE_RULES: dict[str, str] = {"invalid": "invalid", "not_found": "not-found"}
 
 
 class CallLog(Protocol):
@@ -226,6 +229,8 @@ class Dispatcher:
             # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
             plain, shown = await span.inside(self._decide_and_run)(request, record, scope, secrets)
         except CallFailed as failure:
+            if record.rule is None and failure.kind in REFUSED_BEFORE_RULES:  # no rule decided: not a "deny"
+                record.decision = REFUSED_BEFORE_RULES[failure.kind]
             record.error = kept.scrub({"kind": failure.kind, "message": redact(failure.message, secrets)})
             reply = CallReply(id=request.id, ok=False, error=record.error)
         except BaseException:  # cancelled: the observer still ends the call's span
