@@ -78,5 +78,5 @@ def test_mounts_are_read_only_except_tmpfs_and_the_socket_folder() -> None:
 
 def test_generated_etc_is_not_the_hosts() -> None:
     files = oci.etc_files()
-    assert set(files) == {"passwd", "group", "hosts", "nsswitch.conf"}
+    assert set(files) == {"passwd", "group", "hosts", "nsswitch.conf", "fonts.conf"}
     assert "sandbox:x:1000:1000" in files["passwd"]

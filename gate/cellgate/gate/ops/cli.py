@@ -335,10 +335,37 @@ def _add_replay(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked (the package metadata costs every other command time)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("cellgate")
+        except PackageNotFoundError:
+            found = "unknown (not installed as a package)"
+        print(f"cellgate {found}")  # on stdout, as argparse's own version action prints
+        parser.exit()
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit meets no closed pipe (Python docs,
+    "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     defer_slow_imports()
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
+    parser.add_argument("--version", action=_Version, help="print cellgate's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_exec(sub)
     _add_install(sub)
@@ -355,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
             entry.load()(sub)
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:  # `cellgate show --json | head`: the reader has what it wanted
+        _stdout_to_devnull()
+        return 141  # 128 + SIGPIPE, as a program killed by it exits
     except SandboxUnavailable as exc:
         say(err, ("error:", "bold red"), f" {exc}")
         return 3
