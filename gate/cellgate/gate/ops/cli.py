@@ -52,19 +52,28 @@ def _to(stream: Any, text: str) -> None:
     stream.write(clean(text) if stream.isatty() else text)
 
 
-def print_outputs(result: CellResult) -> None:
-    for output in result.outputs:
-        kind = output.get("output_type")
-        if kind == "stream":
-            _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output["text"])
-        elif kind in ("execute_result", "display_data"):
-            plain = output.get("data", {}).get("text/plain")
-            if plain:
-                _to(sys.stdout, plain + "\n")
-        elif kind == "error":
-            text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
-            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
+def print_output(output: dict[str, Any]) -> None:
+    """One recorded output, as it comes: streams to stdout or stderr, a result's text, an error's traceback."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output.get("text", ""))
+    elif kind in ("execute_result", "display_data"):
+        plain = output.get("data", {}).get("text/plain")
+        if plain:
+            _to(sys.stdout, plain + "\n")
+    elif kind == "error":
+        text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
+        _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
     sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def why_it_ended(result: CellResult) -> str:
+    """What stopped a failed cell, when none of its outputs says (a memory limit, a kill): '' otherwise."""
+    error = result.error
+    if not error or any(o.get("output_type") == "error" for o in result.outputs):
+        return ""
+    return f": {error.get('ename')}: {error.get('evalue')}"
 
 
 def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
@@ -92,11 +101,11 @@ async def _exec(args: argparse.Namespace) -> int:
             say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
-            result = await session.execute(code)
-            print_outputs(result)
+            result = await session.execute(code, on_output=print_output)  # printed as they come
             if not result.ok:
                 say(err, (f"cell {name} ended with status {result.status}", "red"),
-                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "")
+                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "",
+                    why_it_ended(result))
                 failed += 1
                 break
         say(err, (f"audit notebook: {session.notebook_path}", "dim"))
