@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from conftest import cellgate
@@ -44,3 +45,32 @@ def test_exec_exits_after_the_cell_and_journals_the_abandoned_call(tmp_path: Pat
     (call,) = abandoned["calls"]
     assert call["tool"] == "wait_forever" and call["seq"] == 1
     assert [r["event"] for r in journal][-1] == "session-ended"
+
+
+SESSION_SCRIPT = '''
+import asyncio, sys
+from cellgate.gate import Session
+
+async def main():
+    async with Session(config=sys.argv[1], tools=[sys.argv[2]], notebook=sys.argv[3]) as session:
+        result = await session.execute("tools.wait_forever()")
+        print(result.status, result.error["ename"])
+
+asyncio.run(main())
+'''
+
+
+def test_a_session_script_exits_after_its_session_ends(tmp_path: Path, runsc: object) -> None:
+    (tmp_path / "hung.py").write_text(HUNG_TOOL)
+    config = tmp_path / "cellgate.toml"
+    config.write_text('[sandbox]\ncall_timeout = 2\n')
+    notebook = tmp_path / "script.ipynb"
+    try:
+        done = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, str(config), str(tmp_path / "hung.py"),
+                               str(notebook)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("the Session script was still running long after its session ended") from exc
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "error ToolTimeout\n"
+    events = [json.loads(line)["event"] for line in journal_path(notebook).read_text().splitlines()]
+    assert "calls-abandoned" in events
