@@ -63,3 +63,13 @@ def test_a_pool_numbers_on_past_an_earlier_pools_records(tmp_path: Path, runsc: 
     assert asyncio.run(scenario()) == tmp_path / "pool-2.ipynb"
     assert earlier.read_text() == "an earlier pool's notebook"
     assert journal_path(earlier).read_text() == "an earlier pool's journal"
+
+
+def test_replay_numbers_its_own_notebook_on_past_an_earlier_replay(recorded: Path) -> None:
+    first, second = (cellgate("replay", str(recorded)) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert f"replay notebook: {recorded.with_name('same.replay.ipynb')}" in first.stdout
+    assert f"replay notebook: {recorded.with_name('same.replay-2.ipynb')}" in second.stdout
+    for name in ("same.replay.ipynb", "same.replay-2.ipynb"):
+        checked = cellgate("verify", str(recorded.with_name(name)))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
