@@ -149,7 +149,7 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     assert done.returncode == 1 and "ended with status error" in done.stderr, done.stdout + done.stderr
     recorded = json.loads((folder / "run.ipynb").read_text())
     first = recorded["cells"][0]["metadata"]["cellgate"]
-    assert [c["decision"] for c in first["calls"]] == ["allow", "allow", "allow", "deny", "deny"], first["calls"]
+    assert [c["decision"] for c in first["calls"]] == ["allow", "allow", "allow", "deny", "invalid"], first["calls"]
     host_outputs = [o for o in recorded["cells"][0]["outputs"] if CALLS_MIME in o.get("data", {})]
     assert [o["metadata"] for o in host_outputs] == [{"cellgate": {"authored_by": "host"}}], host_outputs
     assert host_outputs[0]["data"][CALLS_MIME]["calls"] == first["calls"]
@@ -192,7 +192,7 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     (table,) = wait_for(lambda: find(browser, ".cg-rendered-calls"), 30, "the calls table under cell 1")
     assert calls_rows(table) == ["add", "big", "explode", "echo", "add"]
     summary = table.find_element(By.CSS_SELECTOR, ".cg-calls-summary").text
-    assert summary == "5 calls: 3 allow, 2 deny; outcomes: 2 ok, 1 denied, 1 failed, 1 invalid", summary
+    assert summary == "5 calls: 3 allow, 1 deny, 1 invalid; outcomes: 2 ok, 1 denied, 1 failed, 1 invalid", summary
     table.find_element(By.CSS_SELECTOR, ".cg-calls-filter").send_keys("boom")
     wait_for(lambda: calls_rows(table) == ["explode"], 10, "the filter to keep the explode call",
              show=lambda: calls_rows(table))

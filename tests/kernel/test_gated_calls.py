@@ -29,7 +29,7 @@ def test_stubs_have_real_signatures_and_docs(box) -> None:
         "import inspect\nprint(inspect.signature(tools.add))\nprint(tools.add.__doc__.splitlines()[0])\n"
         "print(tools.search('integers'))\nprint(tools.describe('echo').splitlines()[0])")
     assert result.stdout.splitlines() == [
-        "(a: int, b: int = 1) -> Any", "Add two integers.", "['add: Add two integers.']", "echo(text: str)"]
+        "(a: int, b: int = 1) -> int", "Add two integers.", "['add: Add two integers.']", "echo(text: str)"]
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,7 @@ decision = "deny"
     direct = [c for c in nb.cells if c.metadata.cellgate.get("kind") == "direct"]
     assert [c.source for c in direct] == ["tools.add(a=2, b=3)", "tools.explode(reason='x')", "tools.add(a='two')",
                                           "tools.charge(amount=5)"]
-    assert [c.metadata.cellgate.calls[0]["decision"] for c in direct] == ["allow", "deny", "deny", "allow"]
+    assert [c.metadata.cellgate.calls[0]["decision"] for c in direct] == ["allow", "deny", "invalid", "allow"]
     assert [c.metadata.cellgate["status"] for c in direct] == ["ok", "error", "error", "ok"]
     assert direct[1].outputs[0]["ename"] == "ToolDenied"
     assert cellgate("verify", str(notebook)).returncode == 0

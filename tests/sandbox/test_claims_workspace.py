@@ -93,3 +93,14 @@ def test_a_workspace_on_a_filesystem_with_more_free_than_workspace_mb_is_refused
                          cwd=tmp_path) as box:
         assert box.execute("open('/workspace/ok', 'w').write('ok')").status == "ok"
     assert (bounded_folder / "ok").read_text() == "ok"
+
+
+def test_a_relative_workspace_is_the_config_files_folders(tmp_path: Path, bounded_folder: Path) -> None:
+    # `workspace = "ws"` beside the config file, the session started from another folder.
+    (tmp_path / "cellgate.toml").write_text('[sandbox]\nworkspace = "ws"\nworkspace_mb = 16\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with BlockingSession(config=tmp_path / "cellgate.toml", notebook=tmp_path / "rel.ipynb", cwd=elsewhere) as box:
+        wrote = box.execute("open('/workspace/relative', 'w').write('found')")
+        assert wrote.status == "ok", wrote.error
+    assert (bounded_folder / "relative").read_text() == "found"

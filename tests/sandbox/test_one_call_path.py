@@ -116,7 +116,7 @@ def test_relay_and_direct_calls_take_one_path(runsc: object, config: Path, tmp_p
     relayed, served = call_events(from_code), call_events(from_model)
     # Every path the policy can take was taken: the comparison below covers each of them.
     finished = [call for event, call in served if event == "call-finished"]
-    assert [call["decision"] for call in finished] == ["allow", "approved", "deny", "deny", "allow", "allow"]
+    assert [call["decision"] for call in finished] == ["allow", "approved", "invalid", "deny", "allow", "allow"]
     assert finished[0]["args"] == {"a": 2, "b": 1}  # the schema's default, filled in on the one path
     assert [event for event, _ in served] == ["call-started", "call-finished", "call-started", "call-finished",
                                               "call-finished", "call-finished", "call-started", "call-finished",

@@ -89,8 +89,8 @@ def test_a_kernel_without_config_says_what_to_create(kernelspec: None, tmp_path:
         f"cellgate audit notebook: {audit}"]
     assert info["language_info"]["cellgate"] == {"audit_notebook": str(audit), "config": None}
     error = reply["content"]
-    assert error["status"] == "error" and error["ename"] == "AttributeError"
-    assert error["evalue"].startswith("module 'tools' has no attribute 'list_orders': no tools are configured (no "
+    assert error["status"] == "error" and error["ename"] == "ToolNotFound"  # an AttributeError too
+    assert error["evalue"].startswith("no tool named 'list_orders': no tools are configured (no "
                                       "cellgate.toml in the folder the kernel started in")
     assert "create one (see README, Configuration)" in error["evalue"]
     assert str(tmp_path) not in error["evalue"]  # host paths stay out of the sandbox

@@ -118,3 +118,23 @@ def test_a_copied_cell_added_after_its_original_is_named(run: Path) -> None:
     assert done.returncode == 1, done.stdout
     assert (f"the notebook has 4 cells, the journal 3: the notebook's cell 3 {label(SOURCES[1])} "
             "is not in the journal") in done.stderr
+
+
+def test_two_deleted_cells_say_where_the_notebook_and_the_journal_part(run: Path) -> None:
+    nb = json.loads(run.read_text())
+    del nb["cells"][0:2]
+    run.write_text(json.dumps(nb, indent=1))
+    done = cellgate("verify", str(run))
+    assert done.returncode == 1, done.stdout
+    assert (f"the notebook has 1 cells, the journal 3; they differ from cell 1 on: the notebook's cell 1 "
+            f"{label(SOURCES[2])} is not the journal's {label(SOURCES[0])} (it differs in its source)") in done.stderr
+
+
+def test_cells_cut_from_the_notebooks_end_are_all_named(run: Path) -> None:
+    nb = json.loads(run.read_text())
+    del nb["cells"][1:]
+    run.write_text(json.dumps(nb, indent=1))
+    done = cellgate("verify", str(run))
+    assert done.returncode == 1, done.stdout
+    assert ("the notebook has 1 cells, the journal 3: the first 1 agree, and cells 2 to 3 are only in the "
+            "journal") in done.stderr

@@ -53,6 +53,7 @@ PINNED_ENV = frozenset({
     "CELLGATE_SNAPSHOT_READY", "HOME", "IPYTHONDIR", "JUPYTER_PLATFORM_DIRS", "JUPYTER_RUNTIME_DIR", "LANG", "LC_ALL",
     "MALLOC_ARENA_MAX", "MPLBACKEND", "MPLCONFIGDIR", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE",
     "PYTHONPATH", "PYTHONSAFEPATH", "TMPDIR", "XDG_CACHE_HOME",
+    "FONTCONFIG_FILE",  # the generated /etc's fonts.conf (issue 29)
 })
 
 
@@ -78,5 +79,5 @@ def test_mounts_are_read_only_except_tmpfs_and_the_socket_folder() -> None:
 
 def test_generated_etc_is_not_the_hosts() -> None:
     files = oci.etc_files()
-    assert set(files) == {"passwd", "group", "hosts", "nsswitch.conf"}
+    assert set(files) == {"passwd", "group", "hosts", "nsswitch.conf", "fonts.conf"}
     assert "sandbox:x:1000:1000" in files["passwd"]

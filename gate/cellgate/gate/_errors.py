@@ -4,7 +4,8 @@
 
     CellgateError
     ├── ConfigError(ValueError)        a cellgate.toml or tool module is malformed
-    │   └── ArtifactError              an audit artifact (notebook, journal, blob) is unsafe or malformed
+    │   ├── ArtifactError              an audit artifact (notebook, journal, blob) is unsafe or malformed
+    │   └── RecordExists               a new session's notebook path holds an earlier session's record
     ├── SandboxUnavailable(RuntimeError)  gVisor (runsc) is missing or unusable: fail closed
     ├── SandboxError(RuntimeError)     the sandbox failed to start or misbehaved
     ├── SessionError(RuntimeError)     a session operation could not be done
@@ -56,6 +57,14 @@ class ArtifactError(ConfigError):
     """A file a run folder names cannot be read safely (unsafe or malformed)."""
 
 
+class RecordExists(ConfigError):
+    """The audit notebook path a session was given already holds a record (``path``): it is never written over."""
+
+    def __init__(self, message: str, path: object) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class PoolExhausted(SessionError):
     code = "pool-exhausted"
 
@@ -77,6 +86,7 @@ __all__ = [
     "JournalError",
     "PoolExhausted",
     "ProtocolError",
+    "RecordExists",
     "CellgateError",
     "ConfigError",
     "SandboxUnavailable",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -175,17 +176,34 @@ def settings_type() -> type[Settings]:
     return create_model("Settings", __base__=Settings, __module__=__name__, **sections)
 
 
+def _not_a_config(path: Path) -> str | None:
+    """Why ``path`` cannot be a config file (it is missing, or not a regular file), or None."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+        "a pipe" if stat.S_ISFIFO(mode) else "a special file"
+    return f"is {kind}, not a cellgate.toml file (an empty file gives every default)"
+
+
 def find_config(explicit: str | None = None, cwd: str | None = None) -> Path | None:
     if explicit:
         path = Path(explicit)
-        if not path.is_file():
-            raise ConfigError(f"config file {explicit!r} does not exist; check the --config path")
+        problem = _not_a_config(path)
+        if problem:
+            raise ConfigError(f"config file {explicit!r} {problem}; check the --config path")
         return path.resolve()
     env = os.environ.get("CELLGATE_CONFIG")
     if env:
         path = Path(env)
-        if not path.is_file():
-            raise ConfigError(f"CELLGATE_CONFIG={env!r} does not exist; fix or unset it")
+        problem = _not_a_config(path)
+        if problem:
+            raise ConfigError(f"CELLGATE_CONFIG={env!r} {problem}; fix or unset it")
         return path.resolve()
     local = Path(cwd or os.getcwd()) / CONFIG_NAME
     return local.resolve() if local.is_file() else None

@@ -3,7 +3,7 @@
 ::
 
     ToolError                      the tool ran and failed (carries the tool's message)
-    ├── ToolNotFound(LookupError)  no tool of that name in this session
+    ├── ToolNotFound(LookupError, AttributeError)  no tool of that name in this session
     ├── ToolValidationError(ValueError)  arguments rejected before the tool ran
     ├── ToolDenied(PermissionError)      refused by policy
     ├── ToolBudgetExceeded         a call budget is exhausted
@@ -67,7 +67,9 @@ class ToolError(Exception):
         return "".join(traceback.format_exception(self)).splitlines()
 
 
-class ToolNotFound(ToolError, LookupError):
+class ToolNotFound(ToolError, LookupError, AttributeError):
+    """Also an AttributeError: ``tools.x`` for a tool the session lacks raises it, and ``hasattr`` still works."""
+
     kind: ErrorKind = "not_found"
 
 

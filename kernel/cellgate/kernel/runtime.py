@@ -12,6 +12,7 @@ message costs more than the gate's work on a call.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import json
 import secrets
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Final
 
-from .errors import ToolError, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
+from .errors import ToolError, ToolNotFound, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
 from .wire import COMM_TARGET, MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
 
 
@@ -298,10 +299,28 @@ def search(manifest: list[dict[str, Any]], query: str) -> list[str]:
     return hits
 
 
-def describe(manifest: list[dict[str, Any]], signatures: dict[str, str], name: str) -> str:
-    """The signature and full description of one tool."""
+def describe(manifest: list[dict[str, Any]], signatures: dict[str, str], name: str, package: str = "tools") -> str:
+    """The signature and full docstring (its Args too) of one tool, as ``help()`` shows its stub."""
     for tool in manifest:
         if tool["name"] == name:
-            return f"{name}{signatures[name]}\n\n{tool.get('description', '')}".rstrip()
+            stub: Any = sys.modules.get(package)
+            for part in name.split("."):
+                stub = getattr(stub, part, None)
+            doc = inspect.getdoc(stub) if callable(stub) else None
+            return f"{name}{signatures[name]}\n\n{doc or tool.get('description', '')}".rstrip()
     known = ", ".join(sorted(t["name"] for t in manifest)) or "none"
-    raise LookupError(f"no tool named {name!r}; the tools of this session are: {known}")
+    raise ToolNotFound(name, f"no tool named {name!r}; the tools of this session are: {known}")
+
+
+def missing(module: str, name: str, tools: list[str], why: str = "") -> AttributeError:
+    """What ``module.name`` raises for a name the module lacks: ``ToolNotFound`` (an AttributeError) naming the
+    tools it has, or a plain AttributeError for a private name (Python's and IPython's probes)."""
+    if name.startswith("_"):
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    parts = module.split(".")[1:]  # tools.crm.aio -> crm (no namespace is named aio: stubgen.RESERVED)
+    tool = ".".join([*(parts[:-1] if parts[-1:] == ["aio"] else parts), name])
+    if why:
+        return ToolNotFound(tool, f"no tool named {tool!r}: {why}")
+    known = ", ".join(tools) or "none"
+    return ToolNotFound(tool, f"no tool named {tool!r} in this session; {module} has: {known} "
+                              "(tools.search(query) finds tools by name and description)")

@@ -28,6 +28,7 @@ from cellgate.gate.audit.owned import make_folders
 from cellgate.gate.audit.recover import rebuild
 from cellgate.gate.audit.reducer import Reducer
 from cellgate.gate.audit.render import NotebookText
+from cellgate.gate.audit.sanitize import sanitize_output
 from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 
@@ -57,6 +58,7 @@ class Recorder:
         self._text = NotebookText()
         self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
+        self._followers: dict[str, Callable[[dict[str, Any]], None]] = {}  # msg_id -> who is told its outputs
         # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
         self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
         # Set by the session to its observer (``cellgate.gate.telemetry``): told of cells as they start and end.
@@ -100,8 +102,25 @@ class Recorder:
         self._write("cell-started", msg_id=cell.msg_id, **extra)
 
     def output(self, cell: CellRecord, output: dict[str, Any]) -> None:
-        """One output (an nbformat output dict, see ``output_dict``)."""
-        self._write("output", msg_id=cell.msg_id, output=output)
+        """One output (an nbformat output dict, see ``output_dict``); told to the cell's follower, if any."""
+        with self._lock:
+            record = self.journal.append("output", **self.scrub({"msg_id": cell.msg_id, "output": output}))
+            self.reducer.apply(record)
+            follower = self._followers.get(cell.msg_id)
+        if follower is not None:  # as the notebook holds it: secrets scrubbed, sanitized for a frontend
+            follower(sanitize_output(record["output"], self.reducer.trusted_mime))
+
+    def follow(self, msg_id: str, follower: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Tell ``follower`` each output of the cell ``msg_id`` as it is recorded (on the recording thread);
+        returns the function that stops it."""
+        with self._lock:
+            self._followers[msg_id] = follower
+        return lambda: self._unfollow(msg_id, follower)
+
+    def _unfollow(self, msg_id: str, follower: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            if self._followers.get(msg_id) is follower:
+                del self._followers[msg_id]
 
     def execute_input(self, cell: CellRecord, count: int) -> None:
         self._write("execute-input", msg_id=cell.msg_id, execution_count=count)

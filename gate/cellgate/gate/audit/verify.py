@@ -117,17 +117,22 @@ def _cell_difference(want: Any, have: Any) -> str | None:
 
 
 def _count_difference(expected: list[Any], cells: list[Any]) -> str:
-    """Which cell was added to or deleted from the notebook, when the rest is the journal's."""
+    """Which cell was added to or deleted from the notebook, when the rest is the journal's; else where they part."""
     count = f"the notebook has {len(cells)} cells, the journal {len(expected)}"
-    first = next((i for i, (want, have) in enumerate(zip(expected, cells)) if _cell_difference(want, have)),
-                 min(len(expected), len(cells)))
-    if len(cells) < len(expected) and all(_cell_difference(w, h) is None
-                                          for w, h in zip(expected[first + 1:], cells[first:])):
+    shared = min(len(expected), len(cells))
+    first = next((i for i, (want, have) in enumerate(zip(expected, cells)) if _cell_difference(want, have)), shared)
+    if len(cells) == len(expected) - 1 and all(_cell_difference(w, h) is None
+                                               for w, h in zip(expected[first + 1:], cells[first:])):
         return f"{count}: cell {first + 1} of the journal {_label(expected[first])} is missing from the notebook"
-    if len(cells) > len(expected) and all(_cell_difference(w, h) is None
-                                          for w, h in zip(expected[first:], cells[first + 1:])):
+    if len(cells) == len(expected) + 1 and all(_cell_difference(w, h) is None
+                                               for w, h in zip(expected[first:], cells[first + 1:])):
         return f"{count}: the notebook's cell {first + 1} {_label(cells[first])} is not in the journal"
-    return f"{count}; they differ from cell {first + 1} on"
+    if first == shared:  # one is the other with more cells at its end
+        longer, which = (expected, "the journal") if len(expected) > len(cells) else (cells, "the notebook")
+        return f"{count}: the first {shared} agree, and cells {shared + 1} to {len(longer)} are only in {which}"
+    what = _cell_difference(expected[first], cells[first])
+    return (f"{count}; they differ from cell {first + 1} on: the notebook's cell {first + 1} {_label(cells[first])} "
+            f"is not the journal's {_label(expected[first])} (it differs in its {what})")
 
 
 def _compare(expected: Any, nb: Any, metadata: bool = True) -> list[str]:

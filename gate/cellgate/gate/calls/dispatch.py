@@ -27,13 +27,11 @@ tool on its own turn) both take the same two steps:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import functools
 import inspect
 import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -50,12 +48,16 @@ from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
 from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, Tool, ToolRegistry, with_defaults
 from cellgate.gate.calls.scrubber import SecretScrubber
+from cellgate.gate.calls.tool_threads import Running, ToolThreads
 from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 from cellgate.kernel.wire import ErrorKind
 
 __all__ = ["CallFailed", "CallLog", "CallRecord", "CallScope", "Dispatcher", "Outcome", "Refused", "Secret"]
 
 RefusalVerdict = Literal["record", "coalesced", "dropped"]
+# The decision recorded for a call refused before any policy rule saw it, in the words every view uses
+# (``audit.call_summary.decision``: `cellgate show`, report, the notebook's calls table, JupyterLab's panel).
+REFUSED_BEFORE_RULES: dict[str, str] = {"invalid": "invalid", "not_found": "not-found"}
 
 
 class CallLog(Protocol):
@@ -144,7 +146,7 @@ class Dispatcher:
         self.principal: str | None = None  # whom the session acts for (Session.claim), for rules naming principals
         self._seq = itertools.count(first_seq)
         self._seen_ids: set[str] = set()
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgate-tool")
+        self._threads = ToolThreads(max_workers)
         tools = [tool for name in registry.names() if (tool := registry.get(name)) is not None]
         self._validators = {tool.name: jsonschema.Draft202012Validator(tool.parameters) for tool in tools}
         self._fillers = {tool.name: DefaultsFiller(tool.parameters) for tool in tools}
@@ -227,6 +229,8 @@ class Dispatcher:
             # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
             plain, shown = await span.inside(self._decide_and_run)(request, record, scope, secrets)
         except CallFailed as failure:
+            if record.rule is None and failure.kind in REFUSED_BEFORE_RULES:  # no rule decided: not a "deny"
+                record.decision = REFUSED_BEFORE_RULES[failure.kind]
             record.error = kept.scrub({"kind": failure.kind, "message": redact(failure.message, secrets)})
             reply = CallReply(id=request.id, ok=False, error=record.error)
         except BaseException:  # cancelled: the observer still ends the call's span
@@ -297,7 +301,7 @@ class Dispatcher:
             args["idempotency_key"] = idempotency_key
         limit = self._limits.setdefault(tool.name, asyncio.Semaphore(self._concurrency(tool.name)))
         async with limit:
-            result = await self._run(tool, args)
+            result = await self._run(tool, args, Running(record.seq, record.id, tool.name, record.started))
         found: list[str] = []
         plain, shown = split_secrets(result, found, lambda value: self.secrets.digest(value, f"{tool.name} result"))
         secrets.extend(found)
@@ -315,25 +319,23 @@ class Dispatcher:
         entry = self.policy.for_tool(tool)
         return entry.max_concurrency if entry else 8
 
-    async def _run(self, tool: Tool, args: dict[str, Any]) -> Any:
+    async def _run(self, tool: Tool, args: dict[str, Any], call: Running) -> Any:
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation (gh-86296).
             async with asyncio.timeout(self.call_timeout):
                 if inspect.iscoroutinefunction(tool.function):
                     return await tool.function(**args)
-                loop = asyncio.get_running_loop()
-                job = functools.partial(tool.function, **args)
-                # In the call's context, as asyncio.to_thread would (run_in_executor alone does not carry it).
-                return await loop.run_in_executor(self._executor, contextvars.copy_context().run, job)
+                return await self._threads.run(functools.partial(tool.function, **args), call)
         except TimeoutError:
-            # A thread cannot be killed: the tool may still finish, but its
-            # result is discarded and the cell is told it timed out.
+            # A thread cannot be killed: the tool may still finish, but its result is discarded and the
+            # cell is told it timed out; a thread still running when the session ends is abandoned (close).
             raise CallFailed("timeout", f"tool {tool.name!r} did not finish within {self.call_timeout:g} s") from None
         except SourceUnavailable as exc:
             raise CallFailed("unavailable", f"tool {tool.name!r} is unavailable: {exc}") from None
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}") from None
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def close(self) -> list[Running]:
+        """The session ends; the calls whose tools still run on their threads, left behind (for the journal)."""
         self.approvals.close()
+        return self._threads.abandon()

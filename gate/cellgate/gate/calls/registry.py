@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import json
 import sys
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +105,26 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
             prop["description"] = described[arg]
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
-                accepts_idempotency_key=takes_key)
+                accepts_idempotency_key=takes_key, returns=_result_schema(function))
+
+
+def _result_schema(function: Callable[..., Any]) -> dict[str, Any] | None:
+    """The JSON Schema of a function's return annotation, for the stubs' return type (``help(tools.x)``); None
+    when it has none or none can be derived (the stub then says ``Any``)."""
+    from pydantic import TypeAdapter
+
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # an annotation that does not resolve: the stub says Any, as before
+        return None
+    if "return" not in hints or hints["return"] is typing.Any:
+        return None
+    try:
+        schema = TypeAdapter(hints["return"]).json_schema()
+    except Exception:  # e.g. a DataFrame: not JSON, and the gate refuses such a result anyway
+        return None
+    schema = _strip_titles(schema)
+    return schema if isinstance(schema, dict) and "$defs" not in schema and "$ref" not in schema else None
 
 
 def _json_default(prop: dict[str, Any]) -> bool:

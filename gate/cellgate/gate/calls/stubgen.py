@@ -34,12 +34,17 @@ from cellgate.gate._errors import ConfigError
 RESERVED = frozenset({"search", "describe", "aio", "ToolError", "ReplayDivergence"})
 # A session without tools says why at the first use of one. No host path: the sandbox gets none (the banner has it).
 NO_TOOLS = (
-    "\n\n_NO_TOOLS = ('no tools are configured (no cellgate.toml in the folder the kernel started in and "
-    "CELLGATE_CONFIG unset, or its [tools] modules list is empty); create one (see README, Configuration), then "
-    "start a new kernel')\n\n\n"
-    "def __getattr__(name: str) -> _t.NoReturn:\n"
-    "    raise AttributeError(f'module {__name__!r} has no attribute {name!r}: {_NO_TOOLS}')\n"
+    "no tools are configured (no cellgate.toml in the folder the kernel started in and CELLGATE_CONFIG unset, "
+    "or its [tools] modules list is empty); create one (see README, Configuration), then start a new kernel"
 )
+
+
+def _missing(names: list[str], why: str = "") -> str:
+    """A module's ``__getattr__``: a name it lacks raises ``ToolNotFound`` (an AttributeError), as README says."""
+    return (f"\n\ndef __getattr__(name: str) -> _t.NoReturn:\n"
+            f"    raise _runtime.missing(__name__, name, {sorted(names)!r}{f', {why!r}' if why else ''})\n")
+
+
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 _SIMPLE_TYPES = {
@@ -171,7 +176,7 @@ def _function(tool: dict[str, Any], asynchronous: bool) -> str:
     short = name.rpartition(".")[2]
     params = _parameters(tool)
     call_args = "{" + ", ".join(f"{p[0]!r}: {p[0]}" for p in params) + "}"
-    returns = result_type_name(tool) or "_t.Any"
+    returns = result_type_name(tool) or annotation(tool.get("returns"))
     if asynchronous:
         head, body = "async def", f"return await _runtime.acall({name!r}, {call_args})"
     else:
@@ -210,6 +215,7 @@ def _module(tools: list[dict[str, Any]], header: str, doc: str, asynchronous: bo
     names = [t["name"].rpartition(".")[2] for t in tools]
     typed_names = [] if asynchronous else [str(result_type_name(t)) for t in typed]
     parts.append(f"__all__ = {sorted(names + typed_names + extra_all)!r}\n")
+    parts.append(_missing(names))
     return "".join(parts)
 
 
@@ -250,20 +256,20 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "    return _runtime.search(_MANIFEST, query)\n\n"
         "def describe(name: str) -> str:\n"
         "    'The signature and full description of the tool called name.'\n"
-        "    return _runtime.describe(_MANIFEST, _SIGNATURES, name)\n\n"
+        "    return _runtime.describe(_MANIFEST, _SIGNATURES, name, __name__)\n\n"
         "from . import aio  # noqa: E402\n"
         + "".join(f"from . import {ns}  # noqa: E402\n" for ns in namespaces)
         + "\n"
         f"__all__ = {sorted(names + [str(result_type_name(t)) for t in tools if result_type_name(t)] + ['search', 'describe', 'aio'] + list(namespaces))!r}\n"
     )
-    if not manifest:
-        init.append(NO_TOOLS)
+    init.append(_missing([t["name"] for t in everything], "" if manifest else NO_TOOLS))
     aio = ['"""Async twins of the session\'s tools, for asyncio.gather."""\n', header, "\n"]
     typed = sorted({str(result_type_name(t)) for t in tools if result_type_name(t)})
     if typed:
         aio.append(f"from . import {', '.join(typed)}\n\n")
     aio += [_function(t, asynchronous=True) + "\n" for t in tools]
     aio.append(f"__all__ = {names!r}\n")
+    aio.append(_missing(names))
     files = {"tools/__init__.py": "".join(init), "tools/aio.py": "".join(aio)}
     for ns, members in namespaces.items():
         doc = f'"""Tools of {ns} (an MCP server or other source), called through the host gate."""\n'

@@ -52,19 +52,28 @@ def _to(stream: Any, text: str) -> None:
     stream.write(clean(text) if stream.isatty() else text)
 
 
-def print_outputs(result: CellResult) -> None:
-    for output in result.outputs:
-        kind = output.get("output_type")
-        if kind == "stream":
-            _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output["text"])
-        elif kind in ("execute_result", "display_data"):
-            plain = output.get("data", {}).get("text/plain")
-            if plain:
-                _to(sys.stdout, plain + "\n")
-        elif kind == "error":
-            text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
-            _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
+def print_output(output: dict[str, Any]) -> None:
+    """One recorded output, as it comes: streams to stdout or stderr, a result's text, an error's traceback."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        _to(sys.stdout if output.get("name") == "stdout" else sys.stderr, output.get("text", ""))
+    elif kind in ("execute_result", "display_data"):
+        plain = output.get("data", {}).get("text/plain")
+        if plain:
+            _to(sys.stdout, plain + "\n")
+    elif kind == "error":
+        text = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
+        _to(sys.stderr, ANSI.sub("", text) + "\n")  # IPython's colour codes are dropped, piped or not
     sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def why_it_ended(result: CellResult) -> str:
+    """What stopped a failed cell, when none of its outputs says (a memory limit, a kill): '' otherwise."""
+    error = result.error
+    if not error or any(o.get("output_type") == "error" for o in result.outputs):
+        return ""
+    return f": {error.get('ename')}: {error.get('evalue')}"
 
 
 def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
@@ -92,11 +101,11 @@ async def _exec(args: argparse.Namespace) -> int:
             say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
-            result = await session.execute(code)
-            print_outputs(result)
+            result = await session.execute(code, on_output=print_output)  # printed as they come
             if not result.ok:
                 say(err, (f"cell {name} ended with status {result.status}", "red"),
-                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "")
+                    f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "",
+                    why_it_ended(result))
                 failed += 1
                 break
         say(err, (f"audit notebook: {session.notebook_path}", "dim"))
@@ -314,7 +323,10 @@ def _add_replay(sub: Any) -> None:
         from cellgate.gate.ops.replay import replay
 
         source = Path(a.notebook)
-        output = Path(a.output) if a.output else source.with_name(source.stem + ".replay.ipynb")
+        from cellgate.gate.audit.record_paths import free_path
+
+        # A name of our own is numbered on past an earlier replay's record; the one a user gives is refused.
+        output = Path(a.output) if a.output else free_path(source.with_name(source.stem + ".replay.ipynb"))
 
         async def go() -> int:
             stop = asyncio.Event()
@@ -332,10 +344,37 @@ def _add_replay(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked (the package metadata costs every other command time)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("cellgate")
+        except PackageNotFoundError:
+            found = "unknown (not installed as a package)"
+        print(f"cellgate {found}")  # on stdout, as argparse's own version action prints
+        parser.exit()
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit meets no closed pipe (Python docs,
+    "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     defer_slow_imports()
     parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
                                      "gVisor-sandboxed, every tool call gated, every cell recorded.")
+    parser.add_argument("--version", action=_Version, help="print cellgate's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_exec(sub)
     _add_install(sub)
@@ -352,7 +391,12 @@ def main(argv: list[str] | None = None) -> int:
             entry.load()(sub)
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:  # `cellgate show --json | head`: the reader has what it wanted
+        _stdout_to_devnull()
+        return 141  # 128 + SIGPIPE, as a program killed by it exits
     except SandboxUnavailable as exc:
         say(err, ("error:", "bold red"), f" {exc}")
         return 3

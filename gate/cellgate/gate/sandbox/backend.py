@@ -92,11 +92,12 @@ def kernel_environment(limits: oci.Limits, reply_wait: float, restricted: tuple[
     own path; the ``tools`` package is expected at ``oci.TOOLS_DIR``, the connection file at
     ``oci.CONNECTION_FILE``. ``host_files=False`` (a kernel away from this host, e.g. in a pod) leaves out what
     only a host-backed folder gives: the output log (``ENV_OUTPUT_LOG``: the gate reads it on the host) and the
-    snapshot's ready file (``ENV_SNAPSHOT_READY``: runsc's checkpoints are this host's).
+    snapshot's ready file (``ENV_SNAPSHOT_READY``: runsc's checkpoints are this host's), and the generated /etc's
+    fonts.conf (``FONTCONFIG_FILE``: an image has its own /etc).
     """
     env = dict(oci.parse_env(oci.environment(list(python_path), limits, reply_wait, restricted)))
     if not host_files:
-        del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY]
+        del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY], env["FONTCONFIG_FILE"]
     return env
 
 

@@ -45,6 +45,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "MPLCONFIGDIR",
         "MPLBACKEND",
         "XDG_CACHE_HOME",
+        "FONTCONFIG_FILE",
         "TMPDIR",
         "MALLOC_ARENA_MAX",
         *wire.KERNEL_ENV,
@@ -158,6 +159,9 @@ def environment(python_path: list[str], limits: Limits, reply_wait: float,
         "IPYTHONDIR": "/tmp/ipython",
         "MPLCONFIGDIR": "/tmp/matplotlib",
         "XDG_CACHE_HOME": "/tmp/cache",  # jedi's and parso's caches: the sandbox's tmpfs, never the workspace
+        # The generated /etc's fonts.conf (etc_files): without one every matplotlib cell printed
+        # "Fontconfig error: Cannot load default config file" into the record and the model's view.
+        "FONTCONFIG_FILE": "/etc/fonts.conf",
         "TMPDIR": "/tmp",
         wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
         wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
@@ -283,6 +287,17 @@ def checkpoint_argv(runsc: str, state_root: str, sandbox_id: str, image: str) ->
     return [runsc, f"--root={state_root}", "checkpoint", "--compression=none", f"--image-path={image}", sandbox_id]
 
 
+# Fontconfig's smallest whole configuration: the host's fonts under the bound /usr, its cache on the sandbox's /tmp.
+FONTS_CONF: Final = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig>
+  <dir>/usr/share/fonts</dir>
+  <dir>/usr/local/share/fonts</dir>
+  <cachedir>/tmp/cache/fontconfig</cachedir>
+</fontconfig>
+"""
+
+
 def etc_files(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> dict[str, str]:
     """The small generated /etc: never the host's."""
     return {
@@ -290,6 +305,7 @@ def etc_files(uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> dict[str, str]:
         "group": f"root:x:0:\nsandbox:x:{gid}:\n",
         "hosts": "127.0.0.1 localhost\n::1 localhost\n",
         "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+        "fonts.conf": FONTS_CONF,
     }
 
 

@@ -145,6 +145,12 @@ class CellQueue:
         self.ledger: OutputLedger | None = None
         self.subshells = Subshells()
         self._shells: dict[Shell, collections.deque[CellRun]] = {None: collections.deque()}
+        # The kernel's execution counter as last seen: what a reply the host authors carries (frontends count on one).
+        self.kernel_count = 0
+
+    def saw_count(self, count: int) -> None:
+        """The kernel said its counter (an execute_input or reply; 0 for a new kernel)."""
+        self.kernel_count = count
 
     def __bool__(self) -> bool:
         return any(self._shells.values())
@@ -259,10 +265,14 @@ class CellQueue:
                 head = queue[0]
                 head.end.hit(reason)
                 self.tasks.spawn(self._answer(head.request.header, head.request.idents,
-                                              frontend_replies.killed(reason, head.record.execution_count)))
+                                              frontend_replies.killed(reason, self._count_of(head))))
                 self.finish(head, forced_status=status)
         self._shells = {None: collections.deque()}
         self.subshells.forget_all()
+
+    def _count_of(self, head: CellRun) -> int:
+        count = head.record.execution_count
+        return count if count is not None else self.kernel_count
 
     def subshell_deleted(self, subshell_id: str) -> None:
         """The kernel deleted a subshell (after its running cell ended): the cells queued behind it never run."""

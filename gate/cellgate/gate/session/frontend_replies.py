@@ -56,9 +56,12 @@ def audit_unavailable(problem: str) -> dict[str, Any]:
 
 
 async def answer(session: Session, iopub: zmq.asyncio.Socket | None, shell: zmq.asyncio.Socket,
-                 header: dict[str, Any], idents: list[bytes], error: dict[str, Any]) -> None:
-    """Send the error output, idle status and execute_reply (signed with the frontends' ``session``)."""
+                 header: dict[str, Any], idents: list[bytes], error: dict[str, Any], count: int) -> None:
+    """Send the error output, idle status and execute_reply (signed with the frontends' ``session``); the reply's
+    execution_count is the cell's, else ``count`` (the kernel's counter): frontends add to it (jupyter console)."""
     error = {"status": "error", **error}
+    if not isinstance(error.get("execution_count"), int):
+        error["execution_count"] = count
     if iopub is None or iopub.closed:
         return
     for msg_type, content in (("error", {k: error[k] for k in ("ename", "evalue", "traceback")}),

@@ -150,18 +150,23 @@ class KernelWatch:
         if self.sandbox is not sandbox or self.stopping:
             return
         self.died = True
-        if self._killed_by_host is sandbox:
-            self.events.life("kernel-killed", exit_code=code)
-            status, reason = self._kill_status.pop(sandbox.id, ("killed", "killed-by-host"))
-            self.cells.fail_all(status, reason)
-            return
+        killed_by_host, kill_status = self._killed_by_host is sandbox, self._kill_status.pop(sandbox.id, None)
+        # The memory limit first: a cell that crawls at the limit passes its timeout, and the host's kill then
+        # races the OOM kill; whichever ended it, the limit it reached is why (issue 29: a 5 GiB allocation
+        # under load ended as `timeout`).
         if ended.state == "memory" or (self._oom is not None and self._oom.hit):
-            self.events.life("kernel-died", exit_code=code, cause="memory")
+            self.events.life("kernel-died", exit_code=code, cause="memory",
+                             **({"killed_by_host": True} if killed_by_host else {}))
             for head in self.cells.heads():
                 head.end.error = {"ename": "SandboxMemoryLimit", "evalue": (
                     f"the sandbox reached its {sandbox.memory_limit_bytes >> 20} MB memory limit "
                     "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
             self.cells.fail_all("memory", "memory")
+            return
+        if killed_by_host:
+            self.events.life("kernel-killed", exit_code=code)
+            status, reason = kill_status or ("killed", "killed-by-host")
+            self.cells.fail_all(status, reason)
             return
         self.events.life("kernel-died", exit_code=code)
         self.cells.fail_all("kernel-died", "kernel-died")

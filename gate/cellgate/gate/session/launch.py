@@ -104,6 +104,14 @@ class LaunchOptions:
 def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:
     settings = options.settings or load_settings(find_config(options.config, cwd), cwd)
     overrides = {k: v for k, v in options.sandbox.items() if v is not None}
+    # A relative workspace is the config file's (as [tools] modules are), or the session's working directory's
+    # when passed as an option: runsc would resolve it against whatever its own working directory is.
+    if settings.sandbox.workspace:
+        settings = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(
+            update={"workspace": str(settings.resolve(settings.sandbox.workspace))})})
+    workspace = overrides.get("workspace")
+    if isinstance(workspace, str):
+        overrides["workspace"] = str((Path(cwd or os.getcwd()) / os.path.expanduser(workspace)).resolve())
     if overrides:
         try:  # validated like the file's own [sandbox] table
             sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **overrides})

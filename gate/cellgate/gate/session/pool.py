@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate._errors import PoolExhausted
+from cellgate.gate.audit.record_paths import existing_parts
 from cellgate.gate.session.session import Session
 
 
@@ -56,7 +57,7 @@ class Pool:
         self._starting.add(asyncio.current_task())  # type: ignore[arg-type]  # a task runs this
         options = dict(self._options)
         if self._notebook_dir is not None:
-            options["notebook"] = self._notebook_dir / f"pool-{next(self._numbers)}.ipynb"
+            options["notebook"] = self._next_notebook(self._notebook_dir)
         session = Session(**options)
         try:
             await session.start()
@@ -68,6 +69,12 @@ class Pool:
             await self._discard(session)
             return
         await self._ready.put(session)
+
+    def _next_notebook(self, folder: Path) -> Path:
+        """The pool's own names, numbered on past the records an earlier pool left in the folder."""
+        while existing_parts(path := folder / f"pool-{next(self._numbers)}.ipynb"):
+            pass
+        return path
 
     @property
     def warm(self) -> list[Session]:

@@ -26,6 +26,7 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from typing_extensions import override
 
 from cellgate.gate._errors import ConfigError, SessionError
+from cellgate.gate.audit.record_paths import refuse_existing
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
@@ -157,6 +158,7 @@ class GVisorProvisioner(LocalProvisioner):
         options, box, session_id = self.options, settings.sandbox, metadata["session_id"]
         if options.notebook is not None:
             notebook_path = options.notebook.resolve()
+            refuse_existing(notebook_path)  # the user's path: an earlier record there is never written over
         else:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             notebook_path = settings.resolve(settings.audit.dir) / f"{stamp}-{session_id[:8]}.ipynb"

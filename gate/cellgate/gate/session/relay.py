@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import os
 import sys
@@ -238,6 +239,7 @@ class Relay:
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
         self.cells.ledger = OutputLedger(backend.output_log(sandbox))
+        self.cells.saw_count(0)  # a new kernel counts from the start
         self.recorder.kernel_attached(backend.describe(sandbox))
         if self.cells:
             self.cells.start_head()
@@ -271,7 +273,10 @@ class Relay:
         await self.tasks.end_session()
         for sock in self._front.values():
             sock.close(linger=0)
-        self.dispatcher.close()
+        abandoned = self.dispatcher.close()
+        if abandoned:  # their threads cannot be stopped; as daemons they do not keep the process alive
+            self.events.life("calls-abandoned", calls=[dataclasses.asdict(call) for call in abandoned],
+                             reason="the session ended while their tools still ran (past [sandbox] call_timeout)")
 
     # --------------------------------------------------------------- pumps
     async def _pump_to_kernel(self, channel: str) -> None:
@@ -375,4 +380,4 @@ class Relay:
     async def _answer_frontend(self, header: dict[str, Any], idents: list[bytes], error: dict[str, Any]) -> None:
         """Answer a frontend for a cell the kernel cannot (``frontend_replies``)."""
         await frontend_replies.answer(self._front_session, self._front.get("iopub"), self._front["shell"], header,
-                                      idents, error)
+                                      idents, error, self.cells.kernel_count)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -284,30 +284,44 @@ class Session:
         """Interrupt the running cell (as Ctrl-C in a notebook does); it ends ``interrupted``."""
         await asyncio.to_thread(self.provisioner.started.service.interrupt)
 
-    async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None) -> CellResult:
+    async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None,
+                      on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end. ``traceparent``: the caller's
-        trace, which the cell's span continues when the session is traced (sent in the request's metadata)."""
+        trace, which the cell's span continues when the session is traced (sent in the request's metadata).
+        ``on_output`` is called on this event loop with each output as it is recorded (as the notebook holds
+        it), all of them before this returns."""
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         started = self.provisioner.started
         service, box = started.service, started.settings.sandbox
         if self._client is None:
             raise SessionError(NOT_STARTED)
-        if traceparent is None:
-            msg_id = self._client.execute(code, allow_stdin=False, user_expressions={NAMES: NAMES_EXPRESSION})
-        else:  # as KernelClient.execute sends it, with the metadata it has no parameter for
-            msg = self._client.session.msg("execute_request", {
-                "code": code, "silent": False, "store_history": True, "user_expressions": {NAMES: NAMES_EXPRESSION},
-                "allow_stdin": False, "stop_on_error": True}, metadata={"traceparent": checked_traceparent(traceparent)})
-            self._client.shell_channel.send(msg)
-            msg_id = msg["header"]["msg_id"]
+        # As KernelClient.execute sends it, with the metadata it has no parameter for; made first, so that its
+        # outputs are followed from the start.
+        metadata = {"traceparent": checked_traceparent(traceparent)} if traceparent is not None else {}
+        msg = self._client.session.msg("execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {NAMES: NAMES_EXPRESSION},
+            "allow_stdin": False, "stop_on_error": True}, metadata=metadata)
+        msg_id = msg["header"]["msg_id"]
+        unfollow = None
+        if on_output is not None:
+            loop, told = asyncio.get_running_loop(), on_output
+
+            def follower(output: dict[str, Any]) -> None:
+                # In order, on this loop, each before the cell's end (both come through call_soon_threadsafe).
+                loop.call_soon_threadsafe(told, output)
+
+            unfollow = started.recorder.follow(msg_id, follower)
         future = service.result_future(msg_id)
+        self._client.shell_channel.send(msg)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
         try:
             async with asyncio.timeout(limit):  # not wait_for: see calls.dispatch._run
                 record = await asyncio.wrap_future(future)
         finally:
             service.forget_result(msg_id)
+            if unfollow is not None:
+                unfollow()
         await self._drain_replies()
         result = CellResult.from_record(record)
         if result.status in ("killed", "kernel-died", "memory") or "message-size" in result.limits_hit:

@@ -219,8 +219,10 @@ class Taps:
                        "evalue": f"the kernel's execute_reply was {size} bytes, over the {MAX_PARSED_CONTENT} "
                                  "bytes the host reads; it was not parsed"}
         count = content.get("execution_count")
-        if isinstance(count, int) and not isinstance(count, bool) and count != head.record.execution_count:
-            self.recorder.execute_input(head.record, count)
+        if isinstance(count, int) and not isinstance(count, bool):
+            self.cells.saw_count(count)
+            if count != head.record.execution_count:
+                self.recorder.execute_input(head.record, count)
         error = None
         if content.get("status") == "error":
             error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
@@ -263,6 +265,7 @@ class Taps:
         elif msg_type == "execute_input":
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
+                self.cells.saw_count(count)
                 self.recorder.execute_input(head.record, count)
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
             self.cells.capture(head, output_dict(msg))

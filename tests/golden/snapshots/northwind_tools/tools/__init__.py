@@ -13,10 +13,10 @@ from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clau
     ToolTimeout, ToolUnavailable, ToolValidationError,
 )
 
-_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","name":"create_task","order":["order_id","kind"],"parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","name":"list_orders","order":["month"],"parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"}}]')
+_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","name":"create_task","order":["order_id","kind"],"parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"},"returns":{"additionalProperties":true,"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","name":"list_orders","order":["month"],"parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"},"returns":{"items":{"additionalProperties":true,"type":"object"},"type":"array"}}]')
 _SIGNATURES = {'create_task': "(order_id: str, kind: Literal['follow_up', 'refund', 'escalate'])", 'list_orders': '(month: str)'}
 
-def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> _t.Any:
+def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> dict[str, _t.Any]:
     """Open a task about an order for the support team.
 
     Args:
@@ -25,7 +25,7 @@ def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate
     """
     return _runtime.call('create_task', {'order_id': order_id, 'kind': kind})
 
-def list_orders(month: str) -> _t.Any:
+def list_orders(month: str) -> list[dict[str, _t.Any]]:
     """All orders placed in a month, with their carrier and how many days late they arrived.
 
     Args:
@@ -39,8 +39,12 @@ def search(query: str = '') -> list[str]:
 
 def describe(name: str) -> str:
     'The signature and full description of the tool called name.'
-    return _runtime.describe(_MANIFEST, _SIGNATURES, name)
+    return _runtime.describe(_MANIFEST, _SIGNATURES, name, __name__)
 
 from . import aio  # noqa: E402
 
 __all__ = ['aio', 'create_task', 'describe', 'list_orders', 'search']
+
+
+def __getattr__(name: str) -> _t.NoReturn:
+    raise _runtime.missing(__name__, name, ['create_task', 'list_orders'])

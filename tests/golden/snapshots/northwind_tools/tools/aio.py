@@ -4,7 +4,7 @@ import typing as _t
 
 from cellgate.kernel import runtime as _runtime
 
-async def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> _t.Any:
+async def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> dict[str, _t.Any]:
     """Open a task about an order for the support team.
 
     Args:
@@ -13,7 +13,7 @@ async def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'es
     """
     return await _runtime.acall('create_task', {'order_id': order_id, 'kind': kind})
 
-async def list_orders(month: str) -> _t.Any:
+async def list_orders(month: str) -> list[dict[str, _t.Any]]:
     """All orders placed in a month, with their carrier and how many days late they arrived.
 
     Args:
@@ -22,3 +22,7 @@ async def list_orders(month: str) -> _t.Any:
     return await _runtime.acall('list_orders', {'month': month})
 
 __all__ = ['create_task', 'list_orders']
+
+
+def __getattr__(name: str) -> _t.NoReturn:
+    raise _runtime.missing(__name__, name, ['create_task', 'list_orders'])
