@@ -61,14 +61,26 @@ export function outcomeOf(ok: boolean, decision: string, errorKind: string): str
   return ['allow', 'approved'].includes(decision) ? 'error' : 'not run';
 }
 
+/** The decision a reviewer reads, in the words of `cellgate show`: a call refused before any rule (its error kind
+ * `invalid` or `not_found`) reads `invalid` or `not-found`, whatever an older record's decision field says. */
+export function decisionOf(recorded: string, errorKind: string): string {
+  if (errorKind === 'invalid') {
+    return 'invalid';
+  }
+  if (errorKind === 'not_found') {
+    return 'not-found';
+  }
+  return recorded || '?';
+}
+
 export function parseCall(raw: unknown): ICall {
   const data = object(raw);
   const approval = object(data.approval);
   const error = object(data.error);
   const claimed = object(data.claimed);
   const ok = data.ok === true;
-  const decision = text(data.decision) || '?';
   const errorKind = text(error.kind) || text(error.type);
+  const decision = ok ? text(data.decision) || '?' : decisionOf(text(data.decision), errorKind);
   return {
     seq: number(data.seq),
     tool: text(data.tool) || '?',

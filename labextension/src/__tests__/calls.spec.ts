@@ -51,6 +51,13 @@ describe('parsing the recorded calls', () => {
     expect(outcomeOf(false, 'deny', '')).toBe('not run');
   });
 
+  it('reads a call refused before any rule as show does, whatever an older record says', () => {
+    const invalid = parseCall({ seq: 5, tool: 'add', decision: 'deny', ok: false, error: { kind: 'invalid' } });
+    const missing = parseCall({ seq: 6, tool: 'nope', decision: 'deny', ok: false, error: { kind: 'not_found' } });
+    const denied = parseCall({ seq: 7, tool: 'rm', decision: 'deny', ok: false, error: { kind: 'denied' } });
+    expect([invalid.decision, missing.decision, denied.decision]).toEqual(['invalid', 'not-found', 'deny']);
+  });
+
   it('filters on text and on a decision or outcome', () => {
     const calls = parseBundle(RECORDED);
     expect(calls.filter(call => matches(call, 'refund', '')).map(c => c.seq)).toEqual([2]);
