@@ -182,7 +182,7 @@ def test_an_audit_notebook_opens_as_a_record_with_its_calls_badges_and_run_panel
     assert facts["policy sha256"] == meta["policy"]["sha256"]
     assert facts["manifest sha256"] == meta["tools"]["manifest_sha256"]
     assert facts["cells"] == "2; 1 ok, 1 error"
-    assert facts["calls"] == "5; 3 allow, 2 deny", facts
+    assert facts["calls"] == "5; 3 allow, 1 deny, 1 invalid", facts
     assert facts["outcomes"] == "2 ok, 1 denied, 1 failed, 1 invalid", facts
     assert settled(lambda: lab.session_kernel("review/run.ipynb"), quiet=3, seconds=30) is None, \
         "opening an audit notebook started a kernel"
