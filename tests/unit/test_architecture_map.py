@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -98,6 +99,18 @@ def test_relative_links_of_the_root_documents_exist(document: str) -> None:
     links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / document).read_text())
     broken = [link for link in links if "://" not in link and not (ROOT / link.split("#")[0]).exists()]
     assert not broken, f"{document} links to files that do not exist: {broken}"
+
+
+def test_links_to_other_sites_are_well_formed() -> None:
+    """Only their form: the checks run without internet, so whether such a link answers is not checked."""
+    documents = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "ARCHITECTURE.md", *(ROOT / "docs").glob("*.md")]
+    bad = [
+        (document.name, link)
+        for document in documents
+        for link in re.findall(r"\]\(([a-z]+://[^)\s]*)\)", document.read_text())
+        if not (urlsplit(link).scheme == "https" and urlsplit(link).hostname)
+    ]
+    assert not bad, f"links to other sites must be https:// URLs with a host: {bad}"
 
 
 def test_readme_is_short_and_gives_the_two_commands() -> None:
