@@ -99,6 +99,15 @@ def test_relative_links_of_the_root_documents_exist(document: str) -> None:
     links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / document).read_text())
     broken = [link for link in links if "://" not in link and not (ROOT / link.split("#")[0]).exists()]
     assert not broken, f"{document} links to files that do not exist: {broken}"
+    anchors = [link.partition("#") for link in links if "://" not in link and "#" in link]
+    missing = [f"{path}#{anchor}" for path, _, anchor in anchors if anchor not in slugs(ROOT / path)]
+    assert not missing, f"{document} links to headings that do not exist: {missing}"
+
+
+def slugs(page: Path) -> set[str]:
+    """The anchors of a page's headings, as Python-Markdown's toc makes them (its default slugify)."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower()) for heading in headings}
 
 
 def test_links_to_other_sites_are_well_formed() -> None:
