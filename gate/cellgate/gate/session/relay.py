@@ -281,12 +281,14 @@ class Relay:
         later is refused with the reason instead of waiting for ever."""
         self.events.failure(exc, task=task, note="the relay stopped and its kernel was killed; start a new session")
         sandbox = self.kernel.sandbox
-        await self._detach("gate-error")
-        if sandbox is not None:
-            self.kernel.stopping = True  # its end is this failure's, not a death to explain
-            await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.kill, sandbox)
-        self.cells.results.fail(SessionError(f"the session's gate stopped: {self.tasks.failure}; "
-                                             "start a new session"))
+        try:
+            await self._detach("gate-error")  # the queued cells end `killed` (limit gate-error)
+            if sandbox is not None:
+                self.kernel.stopping = True  # its end is this failure's, not a death to explain
+                await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.kill, sandbox)
+        finally:  # whatever the cleanup did, nobody waits for ever
+            self.cells.results.fail(SessionError(f"the session's gate stopped: {self.tasks.failure}; "
+                                                 "start a new session"))
 
     # --------------------------------------------------------------- pumps
     async def _pump_to_kernel(self, channel: str) -> None:
