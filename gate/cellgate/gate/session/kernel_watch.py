@@ -85,7 +85,7 @@ class KernelWatch:
 
     # ------------------------------------------------------ control
     async def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
-        if self.control is None:
+        if self.control is None or self.control.closed:  # the kernel was detached while this waited its turn
             return
         msg = self.session.msg(msg_type, content)
         await self.control.send_multipart(self.session.serialize(msg))
