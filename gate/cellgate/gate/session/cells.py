@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine
@@ -112,15 +113,26 @@ class Results:
     def __init__(self) -> None:
         self._futures: dict[str, concurrent.futures.Future[CellRecord]] = {}
         self._lock = threading.Lock()
+        self._failed: Exception | None = None
 
     def future(self, msg_id: str) -> concurrent.futures.Future[CellRecord]:
         with self._lock:
             future = self._futures.get(msg_id)
             if future is None:
                 future = self._futures[msg_id] = concurrent.futures.Future()
+                if self._failed is not None:
+                    future.set_exception(self._failed)
                 while len(self._futures) > RESULTS_KEPT:
                     self._futures.pop(next(iter(self._futures)))
             return future
+
+    def fail(self, error: Exception) -> None:
+        """The session ended (its gate failed): every cell waited for, and every one asked for later, raises."""
+        with self._lock:
+            self._failed = error
+            for future in self._futures.values():
+                if not future.done():
+                    future.set_exception(error)
 
     def forget(self, msg_id: str, only_done: bool = False) -> None:
         with self._lock:  # a client may reuse a msg_id after a restart
@@ -196,12 +208,12 @@ class CellQueue:
     def _start(self, head: CellRun) -> None:
         if head.clock is not None or self.kernel is None:
             return
-        self.recorder.cell_started(head.record)
-        self.dispatcher.new_cell()
         kernel = self.kernel
         head.clock = CellClock(asyncio.get_running_loop(), self.timeouts.cell, kernel.cpu_source,
                                lambda: self._on_timeout(head))
-        head.clock.start()
+        head.clock.start()  # before anything is journalled: the cell runs under its clock whatever the journal does
+        self.events.write(lambda: self.recorder.cell_started(head.record))
+        self.dispatcher.new_cell()
 
     # ------------------------------------------------------ what the kernel says
     def replied(self, head: CellRun, status: str, error: dict[str, str] | None) -> None:
@@ -221,41 +233,44 @@ class CellQueue:
         """Record a cell's output up to the limit (``OutputCap``)."""
         if self.ledger is not None:
             self.ledger.received(head.record.msg_id, output)
-        head.output.take(output, lambda out: self.recorder.output(head.record, out))
+        def write(out: dict[str, Any]) -> None:
+            self.events.write(lambda: self.recorder.output(head.record, out))
+        head.output.take(output, write)
 
     # ------------------------------------------------------ limits
     def _on_timeout(self, head: CellRun) -> None:
         if not self._is_running(head) or head.clock is None:
             return
         head.end.limits.append("timeout")
+        # The limit is enforced first, journalled after: a journal that cannot be written never keeps a cell running.
+        head.clock.then(self.timeouts.interrupt_grace, lambda: self._on_grace_expired(head))
         if head.shell is None:
-            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell)
             if self.kernel is not None:
                 self.kernel.interrupt_soon()
+            self.events.life("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell)
         else:  # an interrupt (SIGINT) stops the main shell's cell, never a subshell's: only a restart stops it
-            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
-                                subshell=head.shell, note="a subshell's cell cannot be interrupted; the kernel is "
-                                                          "stopped unless the cell ends within the grace")
-        head.clock.then(self.timeouts.interrupt_grace, lambda: self._on_grace_expired(head))
+            self.events.life("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
+                             subshell=head.shell, note="a subshell's cell cannot be interrupted; the kernel is "
+                                                       "stopped unless the cell ends within the grace")
 
     def _on_grace_expired(self, head: CellRun) -> None:
         if not self._is_running(head) or self.kernel is None:
             return
         if self.kernel.kill_soon():
             what = "the interrupt" if head.shell is None else f"its timeout (subshell {head.shell})"
-            self.recorder.event("cell-kill", msg_id=head.record.msg_id,
-                                reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of {what}")
+            self.events.life("cell-kill", msg_id=head.record.msg_id,
+                             reason=f"did not stop within {self.timeouts.interrupt_grace:g} s of {what}")
 
     def refused(self, head: CellRun, verdict: str | None) -> None:
         """Past its refusal budget a cell is stopped (its kernel killed), once."""
         if verdict != "dropped" or "refusals" in head.end.limits or not self._is_running(head):
             return
         head.end.limits.append("refusals")
-        self.recorder.event("cell-kill", msg_id=head.record.msg_id,
-                            reason=f"more than {head.refusals.budget} refused calls in one cell "
-                                   "([sandbox] max_refusals_per_cell)")
         if self.kernel is not None:
             self.kernel.kill_soon()
+        self.events.life("cell-kill", msg_id=head.record.msg_id,
+                         reason=f"more than {head.refusals.budget} refused calls in one cell "
+                                "([sandbox] max_refusals_per_cell)")
 
     # ------------------------------------------------------ ends
     def fail_all(self, status: CellStatus, reason: str) -> None:
@@ -280,7 +295,7 @@ class CellQueue:
         while queue is not None and len(queue) > 1:
             run = queue[1]
             del queue[1]
-            self.recorder.cell_aborted(run.record)
+            self.events.write(functools.partial(self.recorder.cell_aborted, run.record))
             self.results.future(run.record.msg_id).set_result(run.record)
             self.tasks.spawn(self._answer(run.request.header, run.request.idents,
                                           frontend_replies.subshell_deleted(subshell_id)))
@@ -295,7 +310,7 @@ class CellQueue:
         record = head.record
         status = forced_status or self._status(head)
         if status == "aborted":
-            self.recorder.cell_aborted(record)  # never ran: journal only
+            self.events.write(lambda: self.recorder.cell_aborted(record))  # never ran: journal only
             self.results.future(record.msg_id).set_result(record)
             self._next(head.shell)
             return
@@ -311,7 +326,10 @@ class CellQueue:
             self.recorder.cell_ended(record, status, head.end.limits, head.end.error)
         except Exception as exc:  # the record of a cell must never leave its caller waiting
             self.events.failure(exc)
+            # The caller still learns how the cell ended, from the host's own account of it.
             record.status = record.status or status
+            record.limits_hit = record.limits_hit or list(head.end.limits)
+            record.error = record.error or head.end.error
         self.results.future(record.msg_id).set_result(record)
         self._next(head.shell)
 

@@ -23,7 +23,6 @@ import zmq.asyncio
 from jupyter_client.session import Session
 
 from cellgate.gate.audit.cells import CellStatus
-from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.sandbox.backend import MemoryWatch, SandboxHandle
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.session.bounds import HostBounds, reopen
@@ -69,17 +68,14 @@ class KernelWatch:
         self._oom = sandbox.backend.watch_memory(
             sandbox, lambda: self.events.life("memory-limit-hit", sandbox=sandbox.id))
         if self._oom is None:
-            self.cells.recorder.event("memory-accounting-unavailable",
-                                      note="an OOM kill will be reported as kernel-died")
+            self.events.life("memory-accounting-unavailable", note="an OOM kill will be reported as kernel-died")
         self.tasks.spawn(self._watch_process(sandbox), kernel=True)
 
     def detached(self, reason: str) -> None:
         """The relay stopped relaying to the kernel (``reason``: restart, shutdown, session-ended)."""
         if reason == "restart" and self.sandbox is not None and not self.died:
-            try:  # a death is explained where it happened; this restart only here
-                self.cells.recorder.kernel_restarted("frontend", None)
-            except JournalError:
-                pass  # reported where it broke; every call is refused from then on
+            # A death is explained where it happened; this restart only here.
+            self.events.write(lambda: self.cells.recorder.kernel_restarted("frontend", None))
         self.control = self.iopub = None
         self.sandbox = None
 
@@ -89,7 +85,7 @@ class KernelWatch:
 
     # ------------------------------------------------------ control
     async def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
-        if self.control is None:
+        if self.control is None or self.control.closed:  # the kernel was detached while this waited its turn
             return
         msg = self.session.msg(msg_type, content)
         await self.control.send_multipart(self.session.serialize(msg))
@@ -124,8 +120,8 @@ class KernelWatch:
         if self.sandbox is not sandbox or self.stopping:
             return
         limit = self.bounds.max_message_bytes
-        self.cells.recorder.event("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
-                                  note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
+        self.events.life("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
+                         note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
         reopen(sock, endpoint)
         heads = self.cells.heads()
         if not heads or self._killed_by_host is sandbox:

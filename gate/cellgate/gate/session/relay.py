@@ -89,7 +89,7 @@ class Relay:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.tasks = Tasks()
+        self.tasks = Tasks(on_failure=self._task_failed)
         self.events = RelayEvents(recorder)
         self.cells = CellQueue(recorder, dispatcher, self.events, self.tasks, timeouts, self.bounds, output_limit,
                                self._answer_frontend)
@@ -215,6 +215,8 @@ class Relay:
         return sock
 
     async def _attach(self, sandbox: SandboxHandle) -> None:
+        if self.tasks.failure is not None:
+            raise SessionError(f"the session's gate stopped ({self.tasks.failure}); start a new session")
         # The kernel answers input() on stdin to the identity that sent the
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
@@ -277,6 +279,21 @@ class Relay:
         if abandoned:  # their threads cannot be stopped; as daemons they do not keep the process alive
             self.events.life("calls-abandoned", calls=[dataclasses.asdict(call) for call in abandoned],
                              reason="the session ended while their tools still ran (past [sandbox] call_timeout)")
+
+    async def _task_failed(self, task: str, exc: BaseException) -> None:
+        """A task of the relay failed (a bug; ``Tasks`` cancelled its siblings): the session ends here. The failure
+        is recorded, the kernel stopped (nothing runs that is not relayed), and every cell waiting or sent
+        later is refused with the reason instead of waiting for ever."""
+        self.events.failure(exc, task=task, note="the relay stopped and its kernel was killed; start a new session")
+        sandbox = self.kernel.sandbox
+        try:
+            await self._detach("gate-error")  # the queued cells end `killed` (limit gate-error)
+            if sandbox is not None:
+                self.kernel.stopping = True  # its end is this failure's, not a death to explain
+                await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.kill, sandbox)
+        finally:  # whatever the cleanup did, nobody waits for ever
+            self.cells.results.fail(SessionError(f"the session's gate stopped: {self.tasks.failure}; "
+                                                 "start a new session"))
 
     # --------------------------------------------------------------- pumps
     async def _pump_to_kernel(self, channel: str) -> None:

@@ -134,7 +134,7 @@ class Taps:
             return None  # the relay's re-signing reports and drops it
         msg_type, msg_id = msg["header"].get("msg_type"), str(msg["header"].get("msg_id"))
         if msg_type == "create_subshell_request" and not self.cells.subshells.may_create(msg_id):
-            self.recorder.event("subshell-refused", limit=MAX_SUBSHELLS)
+            self.events.life("subshell-refused", limit=MAX_SUBSHELLS)
             reply = self._front_session.msg("create_subshell_reply", frontend_replies.subshell_limit(MAX_SUBSHELLS),
                                             parent=msg["header"])
             return self._front_session.serialize(reply, ident=idents)
@@ -159,11 +159,11 @@ class Taps:
         if msg_type == "create_subshell_reply":
             created = self.cells.subshells.created(parent_id, content)
             if created is not None:
-                self.recorder.event("subshell-created", subshell=created)
+                self.events.life("subshell-created", subshell=created)
             return
         deleted = self.cells.subshells.deleted(parent_id, content)
         if deleted is not None:
-            self.recorder.event("subshell-deleted", subshell=deleted)
+            self.events.life("subshell-deleted", subshell=deleted)
             self.cells.subshell_deleted(deleted)
 
     def read(self, frames: list[bytes], channel: str) -> tuple[list[bytes], Any] | None:
@@ -222,7 +222,7 @@ class Taps:
         if isinstance(count, int) and not isinstance(count, bool):
             self.cells.saw_count(count)
             if count != head.record.execution_count:
-                self.recorder.execute_input(head.record, count)
+                self.events.write(lambda: self.recorder.execute_input(head.record, count))
         error = None
         if content.get("status") == "error":
             error = {"ename": str(content.get("ename"))[:200], "evalue": str(content.get("evalue"))[:2000]}
@@ -266,7 +266,7 @@ class Taps:
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
                 self.cells.saw_count(count)
-                self.recorder.execute_input(head.record, count)
+                self.events.write(lambda: self.recorder.execute_input(head.record, count))
         elif msg_type in ("stream", "display_data", "execute_result", "error", "clear_output"):
             self.cells.capture(head, output_dict(msg))
         return msg
