@@ -170,11 +170,14 @@ class CellQueue:
         return heads[0] if heads else None
 
     def running_cell(self, msg_id: Any) -> CellRun | None:
-        """The running cell whose ``msg_id`` a kernel's message names, if the host knows it is running."""
+        """The running cell whose ``msg_id`` a kernel's message names, if the host knows it is running (or it went
+        idle and awaits its reply: its output until then is still its own, as it was before IOPub ran ahead)."""
         for queue in self._shells.values():
-            run = self._active(queue)
-            if run is not None and run.record.msg_id == msg_id:
-                return run
+            for run in queue:
+                if run.clock is None:
+                    break  # started cells come first: the rest wait
+                if run.record.msg_id == msg_id:
+                    return run
         return None
 
     def replying_cell(self, msg_id: Any) -> CellRun | None:
