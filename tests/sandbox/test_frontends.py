@@ -10,6 +10,8 @@ from conftest import SAMPLE_TOOLS, cellgate
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
+from cellgate.gate.audit.calls_view import is_host_output
+
 
 @pytest.fixture()
 def kernelspec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> Path:
@@ -77,3 +79,37 @@ def test_nbclient_executes_a_notebook(kernelspec_env: Path) -> None:
     sources = [c.source for c in recorded.cells]
     assert sources == ["total = tools.add(40, 2)", "print(total, open('/proc/version').read().split()[0])"]
     assert recorded.cells[0].metadata.cellgate.calls[0]["result"] == 42
+
+
+def test_cells_a_client_sends_back_to_back_are_each_recorded_with_their_own_output(kernelspec_env: Path) -> None:
+    """As JupyterLab's "Run all" does: ten execute_requests queued on shell before any reply. Replies (shell) and
+    outputs (IOPub) reach the host on two sockets, either ahead of the other; every cell is recorded all the same.
+    Ten cells that only print (quick: the host reads far ahead), then four whose tool calls must be their own."""
+    cells = [f"print({n})" for n in range(10)] + [f"print(tools.echo('{n}'))" for n in range(10, 14)]
+    km = KernelManager(kernel_name="cellgate")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        sent = [kc.execute(code) for code in cells]
+        replies: dict[str, str] = {}
+        while len(replies) < len(sent):
+            msg = kc.get_shell_msg(timeout=60)
+            if msg["msg_type"] == "execute_reply":
+                replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+        assert [replies.get(msg_id) for msg_id in sent] == ["ok"] * len(cells)
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=False)
+    nb = audit_notebook(kernelspec_env)
+    kernels = [[o for o in c.outputs if not is_host_output(o)] for c in nb.cells]  # without the host's calls view
+    recorded = [(c.source, c.metadata.cellgate.status, "".join(o.get("text", "") for o in outputs),
+                 {(o.output_type, o.get("name")) for o in outputs},
+                 [(call["tool"], call["result"]) for call in c.metadata.cellgate.get("calls", [])])
+                for c, outputs in zip(nb.cells, kernels, strict=True)]
+    assert recorded == [(code, "ok", f"{n}\n", {("stream", "stdout")}, [("echo", str(n))] if n >= 10 else [])
+                        for n, code in enumerate(cells)]
+    (path,) = kernelspec_env.glob("*.ipynb")
+    done = cellgate("verify", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr

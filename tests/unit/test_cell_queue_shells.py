@@ -245,3 +245,96 @@ def test_subshells_are_bounded_and_known_only_from_replies_to_requests_the_host_
     assert subshells.deleted("delete-1", {"status": "ok"}) is None
     subshells.forget_all()
     assert not subshells.knows("ok-id")
+
+
+# Replies come on shell and outputs on IOPub: two sockets, so with cells queued back to back ("Run all") the host
+# may read either ahead of the other. Each test drives the queue as the relay's taps do (``Taps.reply`` looks a
+# reply up with ``replying_cell``, IOPub with ``running_cell``).
+
+def reply(cells: CellQueue, msg_id: str, status: str = "ok") -> bool:
+    run = cells.replying_cell(msg_id)
+    if run is not None:
+        cells.replied(run, status, None)
+    return run is not None
+
+
+def iopub(cells: CellQueue, msg_id: str, text: str | None = None) -> bool:
+    """The cell's output ``text`` (if any), then its idle status."""
+    run = cells.running_cell(msg_id)
+    if run is not None:
+        if text is not None:
+            cells.capture(run, {"output_type": "stream", "name": "stdout", "text": text})
+        cells.idle(run)
+    return run is not None
+
+
+def recorded(recorder: Recorder) -> list[tuple[str, str | None, str]]:
+    recorder.write_notebook()
+    notebook = nbformat.read(recorder.notebook_path, as_version=4)
+    return [(c.source, c.metadata.cellgate.get("status"), "".join(o.get("text", "") for o in c.outputs))
+            for c in notebook.cells]
+
+
+def test_replies_read_ahead_of_iopub_each_end_their_own_cell(recorder: Recorder) -> None:
+    async def scenario() -> None:
+        cells, _ = queue_of(recorder)
+        cells.kernel = Kernel()
+        for msg_id in "abc":
+            send(cells, recorder, msg_id)
+        assert reply(cells, "a") and reply(cells, "b") and reply(cells, "c")  # before IOPub says a word
+        assert not reply(cells, "a")  # answered once
+        assert [run.record.msg_id for run in cells.heads()] == ["a"]
+        assert iopub(cells, "a", "A\n") and iopub(cells, "b", "B\n") and iopub(cells, "c", "C\n")
+        assert not cells
+        cells.dispatcher.close()
+
+    asyncio.run(scenario())
+    assert recorded(recorder) == [("# a", "ok", "A\n"), ("# b", "ok", "B\n"), ("# c", "ok", "C\n")]
+    started = [r["msg_id"] for r in journal(recorder) if r["event"] == "cell-started"]
+    assert started == ["a", "b", "c"]
+
+
+def test_iopub_read_ahead_of_replies_is_the_next_cells_and_replies_are_taken_in_order(recorder: Recorder) -> None:
+    async def scenario() -> None:
+        cells, _ = queue_of(recorder)
+        cells.kernel = Kernel()
+        for msg_id in "abc":
+            send(cells, recorder, msg_id)
+        assert not iopub(cells, "b")  # not running yet: a has not gone idle
+        assert iopub(cells, "a", "A\n")  # a is done; its reply is still on its way
+        assert [run.record.msg_id for run in cells.heads()] == ["b"]
+        assert not iopub(cells, "c")
+        late = cells.running_cell("a")  # gone idle, not yet answered: output naming it is still its own
+        assert late is not None and late is not cells.running()
+        cells.capture(late, {"output_type": "stream", "name": "stdout", "text": "A2\n"})
+        assert iopub(cells, "b", "B\n")
+        assert not reply(cells, "b")  # a shell answers in the order its cells were relayed: a first
+        assert reply(cells, "a") and reply(cells, "b")
+        assert iopub(cells, "c", "C\n") and reply(cells, "c", "aborted")  # an aborted cell's reply ends it
+        assert not cells
+        cells.dispatcher.close()
+
+    asyncio.run(scenario())
+    assert recorded(recorder) == [("# a", "ok", "A\nA2\n"), ("# b", "ok", "B\n")]  # an aborted cell: journal only
+    ends = [(r["event"], r["msg_id"]) for r in journal(recorder) if r["event"] in ("cell-ended", "cell-aborted")]
+    assert ends == [("cell-ended", "a"), ("cell-ended", "b"), ("cell-aborted", "c")]
+
+
+def test_a_cell_the_kernel_went_idle_after_but_never_answered_times_out_without_an_interrupt(
+        recorder: Recorder) -> None:
+    async def scenario() -> Kernel:
+        cells, _ = queue_of(recorder, CellTimeouts(cell=0.2, interrupt_grace=0.0))
+        kernel = Kernel()
+        cells.kernel = kernel
+        send(cells, recorder, "a")
+        assert iopub(cells, "a", "A\n")  # and no execute_reply, ever
+        await asyncio.wait_for(asyncio.wrap_future(cells.results.future("a")), 10)
+        assert not cells
+        cells.dispatcher.close()
+        return kernel
+
+    kernel = asyncio.run(scenario())
+    assert kernel.interrupts == 0 and not kernel.killed.is_set()  # the kernel runs no part of it: nothing to stop
+    (cell,) = recorder.cells
+    assert cell.status == "timeout" and cell.limits_hit == ["timeout"]
+    assert recorded(recorder) == [("# a", "timeout", "A\n")]

@@ -3,12 +3,17 @@
 Each ``execute_request`` the frontend sent (the host's copy of the program,
 never the kernel's account of it) becomes a ``CellRun`` in the FIFO of the
 shell it was sent to: the kernel's main shell, or one of its subshells the
-host saw created (``subshells``). The head of each FIFO is that shell's
-running cell; every tool call and output is attributed to the running cell
-whose ``msg_id`` the kernel's message names, a claim accepted only for a cell
-the host knows is running (without subshells there is one running cell at a
-time, as there always was). A cell ends when the kernel has both replied and
-gone idle, when it is aborted, or when the kernel is gone (``fail_all``); its
+host saw created (``subshells``). A shell's running cell is the first of its
+FIFO the kernel has not gone idle after; every tool call and output is
+attributed to the running cell whose ``msg_id`` the kernel's message names, a
+claim accepted only for a cell the host knows is running (without subshells
+there is one running cell at a time, as there always was). Replies and IOPub
+come on different sockets, so either may run ahead of the other when a
+frontend queues many cells ("Run all"): an execute_reply is taken for the
+first cell of its shell not yet answered, in the order the host relayed them,
+and a cell that went idle waits for its reply while the next one runs. A
+cell ends when the kernel has both replied and gone idle, when it is aborted,
+or when the kernel is gone (``fail_all``); its
 end withdraws its approval requests, records what was held back of its
 output, and resolves the caller's future. Budgets, approvals, the clock and
 the timeout are each cell's own.
@@ -169,7 +174,13 @@ class CellQueue:
 
     def heads(self) -> list[CellRun]:
         """The running cell of each shell, in the order they were sent."""
-        return sorted((queue[0] for queue in self._shells.values() if queue), key=lambda run: run.record.serial)
+        heads = (self._active(queue) for queue in self._shells.values())
+        return sorted((run for run in heads if run is not None), key=lambda run: run.record.serial)
+
+    @staticmethod
+    def _active(queue: collections.deque[CellRun]) -> CellRun | None:
+        """A shell's running cell: the first the kernel has not gone idle after (those before it await replies)."""
+        return next((run for run in queue if not run.end.idle), None)
 
     def running(self) -> CellRun | None:
         """The running cell sent first (without subshells, the one running cell)."""
@@ -177,10 +188,23 @@ class CellQueue:
         return heads[0] if heads else None
 
     def running_cell(self, msg_id: Any) -> CellRun | None:
-        """The running cell whose ``msg_id`` a kernel's message names, if the host knows it is running."""
+        """The running cell whose ``msg_id`` a kernel's message names, if the host knows it is running (or it went
+        idle and awaits its reply: its output until then is still its own, as it was before IOPub ran ahead)."""
         for queue in self._shells.values():
-            if queue and queue[0].record.msg_id == msg_id:
-                return queue[0]
+            for run in queue:
+                if run.clock is None:
+                    break  # started cells come first: the rest wait
+                if run.record.msg_id == msg_id:
+                    return run
+        return None
+
+    def replying_cell(self, msg_id: Any) -> CellRun | None:
+        """The cell an execute_reply naming ``msg_id`` answers: the first of its shell not yet answered (a shell
+        answers in the order the host relayed its cells), even while IOPub still tells of an earlier one."""
+        for queue in self._shells.values():
+            run = next((run for run in queue if not run.end.replied), None)
+            if run is not None and run.record.msg_id == msg_id:
+                return run
         return None
 
     def attribute(self, claim: Any) -> CellRun | None:
@@ -188,16 +212,19 @@ class CellQueue:
         the first running (the dispatcher then refuses a call whose claim names another cell, as it always did)."""
         return self.running_cell(claim) or self.running()
 
+    def _queued(self, run: CellRun) -> bool:
+        return any(queued is run for queued in self._shells.get(run.shell, ()))
+
     def _is_running(self, run: CellRun) -> bool:
         queue = self._shells.get(run.shell)
-        return queue is not None and bool(queue) and queue[0] is run
+        return queue is not None and self._active(queue) is run
 
     def add(self, record: CellRecord, request: FrontendRequest, shell: Shell = None) -> None:
         run = CellRun(record=record, request=request, output=OutputCap(self.output_limit),
                       refusals=RefusalLedger(budget=self.bounds.max_refusals_per_cell), shell=shell)
         queue = self._shells.setdefault(shell, collections.deque())
         queue.append(run)
-        if len(queue) == 1:
+        if self._active(queue) is run:
             self._start(run)
 
     def start_head(self) -> None:
@@ -228,6 +255,8 @@ class CellQueue:
         head.end.idle = True
         if head.end.replied:
             self.finish(head)
+        else:  # its reply is on its way on the shell socket; the kernel runs the next cell meanwhile
+            self._next(head.shell)
 
     def capture(self, head: CellRun, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit (``OutputCap``)."""
@@ -239,6 +268,12 @@ class CellQueue:
 
     # ------------------------------------------------------ limits
     def _on_timeout(self, head: CellRun) -> None:
+        if head.end.idle and self._queued(head):  # done but never answered: nothing to interrupt
+            head.end.hit("timeout")
+            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
+                                note="the kernel went idle after the cell and never sent its execute_reply")
+            self.finish(head)
+            return
         if not self._is_running(head) or head.clock is None:
             return
         head.end.limits.append("timeout")
@@ -304,7 +339,8 @@ class CellQueue:
 
     def finish(self, head: CellRun, forced_status: CellStatus | None = None) -> None:
         queue = self._shells[head.shell]
-        queue.popleft()
+        # Not always the first: an aborted cell's reply may come before an earlier cell's idle.
+        del queue[next(n for n, run in enumerate(queue) if run is head)]
         if head.clock is not None:
             head.clock.stop()
         record = head.record
@@ -335,9 +371,10 @@ class CellQueue:
 
     def _next(self, shell: Shell) -> None:
         queue = self._shells.get(shell)
-        if queue:
-            self._start(queue[0])
-        elif queue is not None and shell is not None and not self.subshells.knows(shell):
+        active = self._active(queue) if queue else None
+        if active is not None:
+            self._start(active)
+        elif queue is not None and not queue and shell is not None and not self.subshells.knows(shell):
             del self._shells[shell]  # a deleted subshell's last cell ended
 
     @staticmethod

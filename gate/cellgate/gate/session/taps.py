@@ -197,14 +197,14 @@ class Taps:
         return False
 
     def reply(self, frames: list[bytes]) -> None:
-        """The kernel's execute_reply for the running cell."""
+        """The kernel's execute_reply, for the first cell of its shell not yet answered."""
         parsed = self.read(frames, "shell-reply")
         if parsed is None:
             return
         msg = parsed[1]
         if msg["header"].get("msg_type") != "execute_reply":
             return
-        head = self.cells.running_cell((msg.get("parent_header") or {}).get("msg_id"))
+        head = self.cells.replying_cell((msg.get("parent_header") or {}).get("msg_id"))
         if head is None:
             return
         try:
