@@ -270,8 +270,8 @@ class CellQueue:
     def _on_timeout(self, head: CellRun) -> None:
         if head.end.idle and self._queued(head):  # done but never answered: nothing to interrupt
             head.end.hit("timeout")
-            self.recorder.event("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
-                                note="the kernel went idle after the cell and never sent its execute_reply")
+            self.events.life("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
+                             note="the kernel went idle after the cell and never sent its execute_reply")
             self.finish(head)
             return
         if not self._is_running(head) or head.clock is None:
