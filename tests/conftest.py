@@ -10,6 +10,7 @@ real gVisor sandbox), ``golden`` (snapshot comparisons) and ``browser``. A test 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import secrets
@@ -171,12 +172,13 @@ def session_factory(isolation: str, tmp_path_factory: pytest.TempPathFactory) ->
     """Start sessions (sandboxed, or local in the kernel tier) that are closed when the module ends."""
     opened: list[BlockingSession] = []
     folder = tmp_path_factory.mktemp("runs")
+    started = itertools.count()  # every start its own name: a start that failed may have left a record behind
 
     def start(**options: object) -> BlockingSession:
         if isolation == "none":
             options.setdefault("isolation", "none")
         options.setdefault("tools", [SAMPLE_TOOLS])
-        options.setdefault("notebook", folder / f"run-{len(opened)}.ipynb")
+        options.setdefault("notebook", folder / f"run-{next(started)}.ipynb")
         options.setdefault("cwd", folder)
         box = BlockingSession(**options).start()
         opened.append(box)
