@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+# The JupyterLab extension is installed by scripts/setup; the ordinary user's leg, which does not install it, leaves
+# this file out by name (scripts/test-as-user), so it never skips.
+from cellgate_jupyterlab.live import live_run, verify_reply
+
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.verify import check_run
 from cellgate.gate.sandbox.kernelspec import launcher_argv
 from cellgate.gate.session import launcher_state
 from cellgate.gate.session.launcher_state import LaunchState
-
-pytest.importorskip("cellgate_jupyterlab", reason="the JupyterLab extension is installed by scripts/setup")
-from cellgate_jupyterlab.live import live_run, verify_reply  # noqa: E402
 
 CELLGATE_ARGV = launcher_argv()
 PYTHON3_ARGV = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
