@@ -131,10 +131,10 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     return sorted(c for c in strongly_connected(graph) if len(c) > 1)
 
 
-def describe(component: list[str], graph: Mapping[str, set[str]]) -> str:
+def describe(component: list[str], graph: Mapping[str, set[str]], what: str = "modules") -> str:
     members = set(component)
     edges = sorted(f"{a} -> {b}" for a in component for b in graph[a] & members)
-    return f"{len(component)} modules: " + "; ".join(edges)
+    return f"{len(component)} {what}: " + "; ".join(edges)
 
 
 def room(module: str) -> str:
@@ -172,7 +172,7 @@ def test_no_import_cycle_among_the_rooms() -> None:
     graph = without_known(rooms(cellgate_graph()), KNOWN_ROOMS)
     found = cycles(graph)
     assert not found, "rooms that import each other (break one edge):\n" + "\n".join(
-        describe(c, graph) for c in found)
+        describe(c, graph, "rooms") for c in found)
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
