@@ -89,7 +89,9 @@ def _lazy(module: str, names: _Mapping[str, str], namespace: dict[str, _Any]) ->
     return __getattr__
 
 
-__getattr__ = _lazy(__name__, _FACE, globals())
+# Hidden from type checkers, which see the imports above: a name that is not there is an error for them too.
+if not TYPE_CHECKING:
+    __getattr__ = _lazy(__name__, _FACE, globals())
 
 
 def __dir__() -> list[str]:

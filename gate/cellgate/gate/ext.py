@@ -151,7 +151,9 @@ __all__ = [
 ]
 assert sorted(__all__) == sorted(_EXT)
 
-__getattr__ = _lazy(__name__, _EXT, globals())
+# Hidden from type checkers, which see the imports above: a name that is not there is an error for them too.
+if not TYPE_CHECKING:
+    __getattr__ = _lazy(__name__, _EXT, globals())
 
 
 def __dir__() -> list[str]:
