@@ -2,9 +2,9 @@
 
 The contract: an extension (``cellgate.extensions.*``, the JupyterLab server extension, a third party's package
 registered through cellgate's entry points) imports ``cellgate.gate`` and ``cellgate.gate.ext`` and nothing else
-of the gate (import-linter checks cellgate's own). Every name below keeps its meaning and its signature
-across minor releases; the modules behind them are private and move. A name leaves only with a major release,
-after a release in which it warns.
+of the gate (import-linter checks cellgate's own). The names below, with their signatures, are what cellgate
+keeps stable for extensions: changing one is changing this contract, on purpose and with its callers. The modules
+behind them are private and move without notice: import a name from here, never from where it is defined.
 
 - Config sections (``cellgate.config_sections``): ``StrictModel`` (unknown keys rejected), ``find_config``
   (the ``--config`` / ``CELLGATE_CONFIG`` / ``./cellgate.toml`` search a command makes).
