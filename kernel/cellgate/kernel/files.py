@@ -178,10 +178,11 @@ class FileService:
             raise FileProblem("path", f"{real!r} does not exist") from None
         except OSError as exc:
             raise FileProblem("path", f"{real!r} cannot be opened: {exc.strerror}") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise FileProblem("path", f"{real!r} is not a regular file")
         with os.fdopen(fd, "rb", buffering=0) as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise FileProblem("path", f"{real!r} is not a regular file")
             if info.st_size > limit:
                 raise FileProblem("too-large", f"{real!r} is {info.st_size} bytes", size=info.st_size)
             hasher, offset = hashlib.sha256(), 0
