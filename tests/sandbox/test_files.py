@@ -49,7 +49,7 @@ def test_a_20_mb_file_goes_in_and_out_whole_is_recorded_by_sha256_and_replay_put
     digest = hashlib.sha256(data).hexdigest()
     placed = upload(box, "inputs/data.bin", data)
     assert placed == FileRecord(path="/workspace/inputs/data.bin", size=20 * MB, sha256=digest)
-    check = f"import hashlib; print(hashlib.sha256(open('inputs/data.bin', 'rb').read()).hexdigest())"
+    check = "import hashlib; print(hashlib.sha256(open('inputs/data.bin', 'rb').read()).hexdigest())"
     assert in_sandbox(box, check) == digest + "\n"  # the kernel reads the very bytes
     in_sandbox(box, "open('inputs/copy.bin', 'wb').write(open('inputs/data.bin', 'rb').read()[::-1])")
     back = download(box, "inputs/copy.bin")

@@ -67,11 +67,11 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
     from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE as KERNEL_LAUNCHER_MODULE
     from cellgate.gate.sandbox.oci import Limits as SandboxLimits
+    from cellgate.gate.session.commands import CommandResult
+    from cellgate.gate.session.files import FileRecord
     from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
     from cellgate.gate.session.launcher_state import recording as kernel_recording
-    from cellgate.gate.session.commands import CommandResult
-    from cellgate.gate.session.files import FileRecord
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry

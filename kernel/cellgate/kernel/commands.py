@@ -53,7 +53,7 @@ def _show_exit(code: int) -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    publish_display_data({"text/plain": f"{EXIT_PREFIX}{code}"})
+    publish_display_data({"text/plain": f"{EXIT_PREFIX}{code}"})  # type: ignore[no-untyped-call]
 
 
 def run(argv: list[str], timeout: float | None = None) -> None:

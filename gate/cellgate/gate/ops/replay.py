@@ -36,7 +36,6 @@ from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.ops.replay_trust import live_tools, operator_settings
 
-
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 UPLOADS_ONLY = "uploads-only"  # not a cell: the files uploaded after the recording's last cell
 

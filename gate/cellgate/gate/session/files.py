@@ -133,7 +133,7 @@ class FileRelay:
 
     def on_message(self, data: Any, buffers: list[bytes]) -> None:
         """A message of the kernel on a file comm (hostile: matched to a waiting request by its id, bounded)."""
-        transfer = self._transfers.get(data.get("id")) if isinstance(data, dict) else None
+        transfer = self._transfers.get(str(data.get("id"))) if isinstance(data, dict) else None
         if transfer is None or transfer.future.done():
             self.events.protocol("file-message-dropped", reason="no transfer of this session waits for it")
             return
@@ -259,6 +259,7 @@ async def upload(started: Started, path: str, data: bytes) -> FileRecord:
 
 
 async def download(started: Started, path: str) -> bytes:
+    data: bytes
     limit = limit_bytes(started)
     folders = roots(started)
     asked = checked_path(path, folders)
