@@ -101,3 +101,9 @@ def test_output_past_the_cell_limit_is_bounded_like_any_cell(session_factory: An
     assert result.exit_code == 5
     assert len(result.stdout) < 200_000
     assert "output" in cells(box)[-1]["metadata"]["cellgate"]["limits_hit"]
+
+
+def test_restricted_mode_runs_no_command(session_factory: Any) -> None:
+    box = session_factory(tools=[], restricted=True)
+    result = run(box, ["sh", "-c", "echo should-not-run"])
+    assert (result.status, result.stdout, result.exit_code) == ("rejected", "", -1)

@@ -137,3 +137,26 @@ def test_a_folder_is_not_a_file(small: BlockingSession) -> None:
         download(small, "folder")
     with pytest.raises(FileRefused, match="is a folder"):
         upload(small, "folder/inner", b"x")
+
+
+def test_an_upload_the_sandbox_cannot_hold_leaves_no_partial_file_and_no_record(session_factory: Any) -> None:
+    box = session_factory(tools=[], tmp_mb=4, file_limit_mb=16)
+    with pytest.raises(FileRefused, match="refused the upload of '/tmp/full.bin'"):
+        upload(box, "/tmp/full.bin", b"z" * (8 * MB))  # past /tmp's 4 MiB: the kernel's write fails midway
+    assert in_sandbox(box, "import os; print([n for n in os.listdir('/tmp') if 'full' in n or 'cellgate-upload' in n])"
+                      ) == "[]\n"
+    assert records(box, "file-uploaded") == []
+    assert upload(box, "/tmp/fits.bin", b"z" * MB).size == MB  # the session goes on
+
+
+def test_file_messages_forged_by_code_in_the_sandbox_are_dropped(small: BlockingSession) -> None:
+    in_sandbox(small, """
+import comm
+forged = comm.create_comm(target_name='cellgate.files', data={})
+forged.send({'op': 'uploaded', 'id': 'guess', 'path': '/workspace/x', 'size': 1, 'sha256': '0' * 64})
+forged.send({'op': 'chunk', 'id': 'guess', 'offset': 0}, buffers=[b'x' * 1000])
+""")
+    assert upload(small, "after-forgery.bin", b"ok").size == 2
+    assert download(small, "after-forgery.bin") == b"ok"
+    dropped = records(small, "file-message-dropped")
+    assert len(dropped) >= 2
