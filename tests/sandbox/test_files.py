@@ -11,7 +11,8 @@ import nbformat
 import pytest
 from conftest import cellgate
 
-from cellgate.gate import FileRecord, FileRefused, FileTooLarge
+from cellgate.gate import FileRecord, SessionError
+from cellgate.gate._errors import FileRefused, FileTooLarge
 from cellgate.gate.testing import BlockingSession
 
 MB = 1 << 20
@@ -86,6 +87,7 @@ def test_an_upload_over_the_limit_is_refused_whole_and_nothing_is_written(small:
     assert "'big.bin'" in message and "1,048,577 bytes" in message and "file_limit_mb = 1" in message
     assert "Raise file_limit_mb" in message
     assert (refused.value.path, refused.value.size, refused.value.limit) == ("big.bin", MB + 1, MB)
+    assert isinstance(refused.value, SessionError) and refused.value.code == "file-too-large"  # caught by code
     listing = in_sandbox(small, "import os; print(sorted(os.listdir('.')))")
     assert "big.bin" not in listing and ".cellgate-upload" not in listing
     assert [r for r in records(small, "file-uploaded") if r["path"] == "big.bin"] == []

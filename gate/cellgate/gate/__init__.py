@@ -23,8 +23,6 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate._errors import (
         CellgateError,
         ConfigError,
-        FileRefused,
-        FileTooLarge,
         KernelDied,
         PoolExhausted,
         RecordExists,
@@ -87,8 +85,6 @@ _FACE = {
     "CellgateError": "cellgate.gate._errors",
     "CommandResult": "cellgate.gate.session.commands",
     "FileRecord": "cellgate.gate.session.files",
-    "FileRefused": "cellgate.gate._errors",
-    "FileTooLarge": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
@@ -144,7 +140,7 @@ _FACE = {
 __all__ = [
     "untrusted_markdown",  # text nobody checked (a model's) as a markdown cell may show it
     "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
-    "CommandResult", "FileRecord", "FileRefused", "FileTooLarge",  # Session.run_command, upload, download
+    "CommandResult", "FileRecord",  # Session.run_command, upload, download (their errors: SessionError, by code)
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
     "RESERVED_TOOL_NAMES", "RecordExists", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",
     "SandboxRequest", "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings",
