@@ -25,16 +25,17 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cellgate.gate._errors import FileRefused, FileTooLarge, SessionError
 from cellgate.gate.sandbox.oci import WORKSPACE
 from cellgate.kernel.wire import FILE_CHUNK_BYTES, FILES_COMM
 
 if TYPE_CHECKING:
+    from cellgate.gate.audit.recorder import Recorder
+    from cellgate.gate.config import Settings
     from cellgate.gate.session.events import RelayEvents
     from cellgate.gate.session.kernel_watch import KernelWatch
-    from cellgate.gate.session.provisioner import Started
 
 SANDBOX_ROOTS = (WORKSPACE, "/tmp")
 MAX_PATH_CHARS = 4096
@@ -42,6 +43,31 @@ MAX_MESSAGE_CHARS = 500
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f`]+$")  # a path a notebook shows in a code span: one line, no backtick
 FILE_EVENTS = ("file-uploaded", "file-downloaded")
+
+
+class _Cells(Protocol):
+    def running(self) -> object: ...
+
+
+class _Relay(Protocol):
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    @property
+    def files(self) -> FileRelay: ...
+    @property
+    def cells(self) -> _Cells: ...
+
+
+class Started(Protocol):
+    """What of a started session this needs (``session.provisioner.Started``; not imported: it imports the relay,
+    which imports this)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def recorder(self) -> Recorder: ...
+    @property
+    def service(self) -> _Relay: ...
 
 
 @dataclass(frozen=True)
