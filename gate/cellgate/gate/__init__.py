@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.calls.dispatch import Secret
     from cellgate.gate.calls.registry import Tool, ToolRegistry
     from cellgate.gate.config import Settings, load_settings
+    from cellgate.gate.session.commands import CommandResult
+    from cellgate.gate.session.files import FileRecord
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
 
@@ -46,6 +48,8 @@ _FACE = {
     "CellResult": "cellgate.gate.session.session",
     "Pool": "cellgate.gate.session.pool",
     "Session": "cellgate.gate.session.session",
+    "CommandResult": "cellgate.gate.session.commands",
+    "FileRecord": "cellgate.gate.session.files",
     "Secret": "cellgate.gate.calls.dispatch",
     "Tool": "cellgate.gate.calls.registry",
     "ToolRegistry": "cellgate.gate.calls.registry",
@@ -63,13 +67,13 @@ _FACE = {
 }
 
 __all__ = [
-    "CellResult", "Pool", "Session",  # sessions
+    "CellResult", "CommandResult", "FileRecord", "Pool", "Session",  # sessions, their commands and files
     "Secret", "Tool", "ToolRegistry",  # the tools a session offers
     "Settings", "load_settings",  # configuration (a Session finds cellgate.toml itself: Session(config=...))
     "CellgateError", "ConfigError", "KernelDied", "PoolExhausted", "RecordExists", "SandboxError",  # errors
     "SandboxUnavailable", "SessionError", "SourceUnavailable",
     # Reserved for the library API of issue #31 (added by its branch; the face stays at 20 names or fewer):
-    # "SyncSession", "CommandResult", "FileRecord",
+    # "SyncSession",
 ]
 assert sorted(__all__) == sorted(_FACE)
 
