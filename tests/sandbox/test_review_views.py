@@ -13,7 +13,7 @@ import pytest
 from conftest import SAMPLE_TOOLS, cellgate
 from rich.console import Console
 
-from cellgate.gate.audit.show import show
+from cellgate.gate.review.show import show
 from cellgate.gate.testing import ScriptedApprover
 
 POLICY = """\

@@ -19,8 +19,8 @@ import nbformat
 import pytest
 
 from cellgate.gate.audit.recorder import journal_path
-from cellgate.gate.audit.report import render
-from cellgate.gate.audit.show import show
+from cellgate.gate.review.report import render
+from cellgate.gate.review.show import show
 from cellgate.gate.audit.verify import verify
 from cellgate.gate.calls.approval import ApprovalRequest, describe_request
 from cellgate.gate.calls.dispatch import CallRecord

@@ -1,4 +1,4 @@
-"""Reading a run: load its notebook safely, summarise it in the terminal or as JSON (``cellgate show``).
+"""`cellgate show`: a run summarised in the terminal (its notebook read by ``audit.notebook_file``).
 
 The terminal view prints every recorded value as text (``rich.text.Text``, never markup) through
 ``terminal.reveal``, so a tampered notebook cannot move the cursor, write the clipboard or style text;
@@ -7,7 +7,6 @@ long values are shown head and tail. ``--json`` prints the same facts for script
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,62 +18,11 @@ from rich.text import Text
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._terminal import reveal
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
-from cellgate.gate.audit.run_view import CellView, Restart, RunView, read_run
+from cellgate.gate.audit.notebook_file import notebook_json
+from cellgate.gate.review.run_view import CellView, Restart, RunView, read_run
 
 CALLS_SHOWN = 10  # calls listed per cell unless --calls says otherwise
 FORMAT = "cellgate.show/1"
-
-
-def _text(path: Path) -> str:
-    return read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}").decode("utf-8")
-
-
-def _unreadable(path: Path, problem: object) -> ConfigError:
-    return ConfigError(f"{path}: not a readable notebook: {problem}; is it a cellgate audit notebook?")
-
-
-def _no_cellgate(path: Path) -> ConfigError:
-    return ConfigError(f"{path}: has no cellgate metadata; it is not a cellgate audit notebook")
-
-
-def load_notebook(path: Path) -> Any:
-    """An audit notebook the operator named: a regular file, read with a cap, with cellgate metadata."""
-    import nbformat  # here: it imports jsonschema, more than all of `cellgate show` (which reads the JSON)
-
-    try:
-        # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
-        # schema is slow): every field is checked where it is read.
-        nb = nbformat.convert(nbformat.reader.reads(_text(path)), 4)
-    except RecursionError:
-        raise _unreadable(path, "its JSON is nested too deeply") from None
-    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # not JSON, UTF-8, ...
-        raise _unreadable(path, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from None
-    if not isinstance(nb.metadata.get("cellgate"), dict):
-        raise _no_cellgate(path)
-    return nb
-
-
-def notebook_json(path: Path) -> dict[str, Any]:
-    """An audit notebook as ``load_notebook`` checks it, as plain JSON (nbformat 4, as cellgate writes them):
-    what ``show`` summarises, without importing nbformat."""
-    try:
-        nb = json.loads(_text(path))
-    except RecursionError:
-        raise _unreadable(path, "its JSON is nested too deeply") from None
-    except ValueError as exc:  # not JSON, not UTF-8
-        raise _unreadable(path, exc) from None
-    if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
-        raise _unreadable(path, "not the JSON of an nbformat 4 notebook")
-    if not isinstance(cs.as_dict(nb.get("metadata")).get("cellgate"), dict):
-        raise _no_cellgate(path)
-    return nb
-
-
-def journal_of(path: Path, nb: Any) -> str:
-    """The journal's file name, checked to be a plain ``<name>.journal.jsonl`` beside the notebook."""
-    journal = nb.metadata.cellgate.get("journal")
-    return journal_name(journal.get("file") if isinstance(journal, dict) else None, path)
 
 
 STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout": "red", "killed": "bold red",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.run_view import Restart, RunView
+from cellgate.gate.review.run_view import Restart, RunView
 
 MAX_CALL_TICKS = 200  # per cell: a busy cell's ticks would be one smear anyway
 STYLE = """

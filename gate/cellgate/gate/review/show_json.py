@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.run_view import CellView
-from cellgate.gate.audit.show import CALLS_SHOWN, calls_listed, read, select_cell
+from cellgate.gate.review.run_view import CellView
+from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, read, select_cell
 
 FORMAT = "cellgate.show/1"
 USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")

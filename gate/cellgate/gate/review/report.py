@@ -8,7 +8,7 @@ external resource (images only as data: URLs), so even a sanitizer bypass
 could neither run nor phone home. Everything else on the page is generated
 here from the notebook's metadata with every value HTML-escaped: the run's
 times, a summary per outcome, decision and tool, the asked calls with their
-approver and answer time, a timeline (``audit.timeline``), and each cell's
+approver and answer time, a timeline (``review.timeline``), and each cell's
 calls. A long call list shows its failures and folds the rest into a
 ``<details>`` element (HTML, no script).
 """
@@ -30,10 +30,11 @@ from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]  #
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit import timeline
+from cellgate.gate.review import timeline
 from cellgate.gate.audit.calls_view import is_host_output
-from cellgate.gate.audit.run_view import CellView, RunView, read_run
-from cellgate.gate.audit.show import claims_text, load_notebook
+from cellgate.gate.review.run_view import CellView, RunView, read_run
+from cellgate.gate.audit.notebook_file import load_notebook
+from cellgate.gate.review.show import claims_text
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
        "frame-src 'none'; object-src 'none'; script-src 'none'; connect-src 'none'")
