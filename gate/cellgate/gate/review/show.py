@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate._terminal import reveal
+from cellgate.gate._terminal import head_and_tail, reveal, value_text
 from cellgate.gate.audit import call_summary as cs
+from cellgate.gate.audit.calls_view import claims_text
 from cellgate.gate.audit.notebook_file import notebook_json
 from cellgate.gate.review.run_view import CellView, Restart, RunView, read_run
 
@@ -31,24 +32,7 @@ STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout
 
 def _field(value: Any, limit: int = 200) -> str:
     """A recorded value as one line a terminal shows as text (see ``terminal.reveal``), head and tail if long."""
-    return cs.shorten(value if isinstance(value, str) else str(value), limit)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def claims_text(call: dict[str, Any]) -> str:
-    """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
-    claimed = cs.as_dict(call.get("claimed"))
-    parts = []
-    if claimed.get("line") is not None:
-        parts.append(f"line {_field(claimed['line'], 20)}")
-    if claimed.get("source_line"):
-        parts.append(repr(_field(claimed["source_line"], 120)))
-    if claimed.get("thread"):
-        parts.append(f"thread {_field(claimed['thread'], 60)!r}")
-    return "reported by the kernel: " + ", ".join(parts) if parts else ""
+    return head_and_tail(value if isinstance(value, str) else str(value), limit)
 
 
 def calls_listed(cell: CellView, limit: int | None) -> tuple[list[dict[str, Any]], int]:
@@ -183,7 +167,7 @@ class _Printer:
                   f" {_ms(call.get('duration_ms'))} at {_clock(call.get('started'))}"
                   + (f", rule {_field(rule, 120)}" if isinstance(rule, str) and rule else ""),
                   (" LATE: finished after its cell ended" if cs.is_late(call, cell.meta.get("ended")) else "", "yellow"))
-        self.line(("      args ", "dim"), cs.value_text(call.get("args"), 300))
+        self.line(("      args ", "dim"), value_text(call.get("args"), 300))
         approved = approval_text(call)
         if approved:
             self.line(("      ", ""), approved)
@@ -210,9 +194,9 @@ class _Printer:
         ended = cs.as_dict(agent.get("ended")) or {"reason": "still running, or the host stopped"}
         self.line(f"agent: model {_field(agent.get('model'))}, mode {_field(agent.get('mode'))}, "
                   f"{len(cs.as_list(agent.get('turns')))} turns, ended {_field(ended.get('reason'))}; "
-                  f"tokens in {_count(usage.get('input_tokens')):,} out {_count(usage.get('output_tokens')):,} "
-                  f"cache read {_count(usage.get('cache_read_input_tokens')):,} "
-                  f"cache write {_count(usage.get('cache_creation_input_tokens')):,}")
+                  f"tokens in {cs.count(usage.get('input_tokens')):,} out {cs.count(usage.get('output_tokens')):,} "
+                  f"cache read {cs.count(usage.get('cache_read_input_tokens')):,} "
+                  f"cache write {cs.count(usage.get('cache_creation_input_tokens')):,}")
 
 
 def read(path: Path) -> RunView:
@@ -254,5 +238,5 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
     return sum(each.status != "ok" for each in run.cells)
 
 
-__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed", "claims_text", "journal_of", "load_notebook",
-           "notebook_json", "read", "select_cell", "show"]
+__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed",
+           "read", "select_cell", "show"]
