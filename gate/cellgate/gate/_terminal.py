@@ -114,9 +114,11 @@ def reveal(text: str, compress: bool = True) -> str:
 
 
 def head_and_tail(text: str, limit: int, note: str = "") -> str:
-    """``reveal(text)``, or when longer than ``limit`` its first two thirds and last third around a
-    marker ``⟨N characters elided; {note}⟩`` (``⟨N characters elided⟩`` with no note); an escape is never
-    cut in two."""
+    """``reveal(text)``, whole when ``text`` has at most ``limit`` characters or its escaped form does; else
+    the first two thirds and last third of ``limit`` shown characters around a marker ``⟨N characters elided;
+    {note}⟩`` (``⟨N characters elided⟩`` with no note), N counted as shown. An escape is never cut in two."""
+    if len(text) <= limit:  # a short field is shown whole, however long its escapes make it
+        return reveal(text)
     parts = pieces(text)
     total = sum(len(p) for p, _ in parts)
     if total <= limit:
