@@ -195,5 +195,5 @@ def calls_output(calls: list[dict[str, Any]], ended: Any = None) -> dict[str, An
                      "text/plain": calls_text(calls)}}
 
 
-__all__ = ["CALLS_HEAD", "CALLS_MIME", "approver_html", "calls_html", "calls_output", "calls_table", "calls_text", "claims_text",
-           "is_host_output", "outcome", "summary"]
+__all__ = ["CALLS_HEAD", "CALLS_MIME", "approver_html", "calls_html", "calls_output", "calls_table", "calls_text",
+           "claims_text", "is_host_output", "outcome", "summary"]
