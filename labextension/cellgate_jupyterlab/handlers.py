@@ -11,7 +11,10 @@
   the same code as ``cellgate approvals``, and only if the request still carries the digest the page showed.
 
 Every path is confined to the server's root (after resolving symlinks). Everything read is a recording of a
-sandboxed run: it is returned as data and the page shows it as text.
+sandboxed run: it is returned as data and the page shows it as text, with every hidden character (format, bidi,
+tag, blank-looking and control characters) already shown as an escape by the gate's one text-safety module
+(``cellgate.gate.ext.reveal_for_terminal``), as ``cellgate show``, ``cellgate approvals`` and the notebook's calls
+table show it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from cellgate.gate.ext import (
     blob_text,
     pending_approval,
     pending_approvals,
+    reveal_for_terminal,
     sandbox_owner_alive,
     verify_run,
 )
@@ -40,6 +44,22 @@ from cellgate_jupyterlab.live import live_run, verify_reply
 
 BLOB_TEXT_CHARS = 200_000  # of a blob's indented JSON, what one page shows
 _BLOB_NAME = re.compile(r"(?P<run>[^/\0]+)\.blobs/(?P<sha>[0-9a-f]{64})\.json")
+
+
+def shown(value: Any) -> Any:
+    """JSON data with every string in it (keys too) as a person may be shown it: hidden characters escaped."""
+    if isinstance(value, str):
+        return reveal_for_terminal(value, compress=False)
+    if isinstance(value, list):
+        return [shown(item) for item in value]
+    if isinstance(value, dict):
+        return {shown(str(key)): shown(item) for key, item in value.items()}
+    return value
+
+
+def shown_lines(text: str) -> str:
+    """A text of many lines (a blob's indented JSON) with hidden characters escaped, its line breaks kept."""
+    return "\n".join(reveal_for_terminal(line, compress=False) for line in text.split("\n"))
 
 
 class _Handler(APIHandler):
@@ -114,7 +134,8 @@ class VerifyHandler(_Handler):
         notebook = self.confined(self.get_query_argument("path", ""), "notebook")
         result = await asyncio.to_thread(verify_run, notebook)
         live = result.unended is not None and await self.recorded_live(notebook)
-        self.finish(json.dumps(verify_reply(result, live)))
+        reply = verify_reply(result, live)
+        self.finish(json.dumps({**reply, "problems": shown(reply["problems"])}))
 
 
 class KernelHandler(_Handler):
@@ -149,7 +170,7 @@ class BlobHandler(_Handler):
             text = json.dumps(json.loads(data), indent=1, ensure_ascii=False)
         except ValueError:
             text = data.decode("utf-8", "replace")
-        self.finish(json.dumps({"text": text[:BLOB_TEXT_CHARS], "truncated": len(text) > BLOB_TEXT_CHARS,
+        self.finish(json.dumps({"text": shown_lines(text[:BLOB_TEXT_CHARS]), "truncated": len(text) > BLOB_TEXT_CHARS,
                                 "bytes": len(data)}))
 
 
@@ -163,6 +184,7 @@ def _requests_of(pid: int) -> list[dict[str, Any]]:
 
 
 _SHOWN = ("id", "session", "seq", "tool", "args", "args_sha256", "cell_line", "source_line", "requested", "deadline")
+_AS_TEXT = ("session", "tool", "args", "source_line")  # shown to the approver: hidden characters escaped
 
 
 class ApprovalsHandler(_Handler):
@@ -170,7 +192,8 @@ class ApprovalsHandler(_Handler):
     async def get(self) -> None:
         pid = self.kernel_pid(self.get_query_argument("kernel", ""))
         requests = await asyncio.to_thread(_requests_of, pid)
-        self.finish(json.dumps({"requests": [{key: r.get(key) for key in _SHOWN} for r in requests]}))
+        self.finish(json.dumps({"requests": [{key: shown(r.get(key)) if key in _AS_TEXT else r.get(key) for key in _SHOWN}
+                                             for r in requests]}))
 
 
 class AnswerHandler(_Handler):

@@ -77,7 +77,7 @@ def test_the_calls_table_is_rendered_without_any_extension(lab: Lab, browser: We
             ("add", "allowed"), ("echo", "approved"), ("echo", "denied by approver"), ("big", "denied by rule"),
             ("add", "invalid arguments"), ("explode", "tool error"), ("slow", "timed out")], rows
         assert rows[4][3] == "invalid"  # a failed validation is not a deny
-        assert rows[1][3].startswith("approved") and rows[1][4].startswith("scripted at ")
+        assert rows[1][3].startswith("approved") and rows[1][4].startswith("scripted answered ")
         assert rows[2][3].startswith("approval-denied") and "rule tools.big.decision" in rows[3][3]
         assert '"two"' in rows[4][2] and "ValueError: boom" in rows[5][6] and "did not finish" in rows[6][6]
         page = "\n".join(shown["page"])

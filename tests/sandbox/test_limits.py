@@ -8,7 +8,7 @@ import os
 import nbformat
 import pytest
 
-from cellgate.gate.audit.show_json import json_view
+from cellgate.gate.review.show_json import json_view
 from cellgate.gate.sandbox import enforcement
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).

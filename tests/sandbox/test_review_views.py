@@ -13,7 +13,7 @@ import pytest
 from conftest import SAMPLE_TOOLS, cellgate
 from rich.console import Console
 
-from cellgate.gate.audit.show import show
+from cellgate.gate.review.show import show
 from cellgate.gate.testing import ScriptedApprover
 
 POLICY = """\
@@ -83,7 +83,7 @@ def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     done = cellgate("report", str(recorded), "-o", str(page), timeout=120)
     assert done.returncode == 0, done.stderr
     text = page.read_text()
-    assert "<h2>Approvals (2 asked)</h2>" in text and "scripted<br><small>answered 20" in text
+    assert "<h2>Approvals (2 asked)</h2>" in text and "scripted <small>answered 20" in text  # calls_view.approver_html
     assert "&#x21bb; kernel restarted (frontend)" in text and "&#x25c6; 1 late output" in text
     assert '<td class="fail">invalid arguments</td><td class="n">1</td>' in text
     terminal = io.StringIO()

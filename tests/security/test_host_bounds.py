@@ -19,11 +19,11 @@ import nbformat
 import pytest
 
 from cellgate.gate.audit.recorder import journal_path
-from cellgate.gate.audit.report import render
-from cellgate.gate.audit.show import show
 from cellgate.gate.audit.verify import verify
 from cellgate.gate.calls.approval import ApprovalRequest, describe_request
 from cellgate.gate.calls.dispatch import CallRecord
+from cellgate.gate.review.report import render
+from cellgate.gate.review.show import show
 from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).

@@ -25,7 +25,7 @@ from markdown_it import MarkdownIt
 from nbclient import NotebookClient
 from test_frontend_outputs import script_capable
 
-from cellgate.gate.audit.report import CSP
+from cellgate.gate.review.report import CSP
 
 pytestmark = pytest.mark.gvisor
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from cellgate.gate._terminal import head_and_tail, value_text
 from cellgate.gate.audit import call_summary as cs
 
 T0 = "2026-12-01T03:04:05.250Z"
@@ -96,7 +97,8 @@ def test_approvals_and_late_calls() -> None:
 
 
 def test_values_are_shortened_head_and_tail_with_hidden_characters_escaped() -> None:
-    assert cs.value_text({"b": 1, "a": "x\u202ey"}, 100) == '{"a": "x\\u202ey", "b": 1}'
-    long = cs.shorten("a" * 1000 + "\u200b" + "z" * 1000, 90)
-    assert long == "a" * 60 + " … ⟨1,911 characters elided⟩ … " + "z" * 30
-    assert cs.shorten("\x1b[2J", 10) == "\\x1b[2J"
+    # The views' one text-safety module: the elided count is of the shown text (the escape \u200b is 6 long)
+    assert value_text({"b": 1, "a": "x\u202ey"}, 100) == '{"a": "x\\u202ey", "b": 1}'
+    long = head_and_tail("a" * 1000 + "\u200b" + "z" * 1000, 90)
+    assert long == "a" * 60 + " … ⟨1,916 characters elided⟩ … " + "z" * 30
+    assert head_and_tail("\x1b[2J", 10) == "\\x1b[2J"

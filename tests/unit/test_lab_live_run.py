@@ -14,6 +14,7 @@ import pytest
 
 # The JupyterLab extension is installed by scripts/setup; the ordinary user's leg, which does not install it, leaves
 # this file out by name (scripts/test-as-user), so it never skips.
+from cellgate_jupyterlab.handlers import shown, shown_lines
 from cellgate_jupyterlab.live import live_run, verify_reply
 
 from cellgate.gate.audit.recorder import Recorder
@@ -130,3 +131,13 @@ def test_a_run_still_recorded_by_a_live_kernel_is_running_not_failed(tmp_path: P
     ended = check_run(tmp_path / "run.ipynb")
     assert ended.ok and ended.unended is None, ended.problems
     assert verify_reply(ended, recorded_live=True)["running"] is False
+
+
+def test_the_server_side_shows_hidden_characters_as_cellgate_show_does() -> None:
+    """Issue 30 item 4: approvals, verify problems and blobs reach the page with the escapes of the gate's one
+    text-safety module (tests/unit/test_text_safety.py: the notebook's calls table, `show`, the report)."""
+    hidden, escaped = "tool\U000e0041\u2800\u2003x", "tool\\U000e0041\\u2800\\u2003x"
+    request = {"tool": hidden, "args": {hidden: [hidden, 1, None]}, "source_line": f"tools.{hidden}()"}
+    assert shown(request) == {"tool": escaped, "args": {escaped: [escaped, 1, None]},
+                              "source_line": f"tools.{escaped}()"}
+    assert shown_lines(f'{{\n "x": "{hidden}"\n}}') == f'{{\n "x": "{escaped}"\n}}'  # its lines kept

@@ -10,7 +10,7 @@ import re
 import pytest
 from review_runs import mixed_run
 
-from cellgate.gate.audit.report import CSP, render
+from cellgate.gate.review.report import CSP, render
 
 
 class Page(html.parser.HTMLParser):
@@ -123,7 +123,7 @@ def test_the_page_is_inert_and_every_value_escaped(page: tuple[str, Page]) -> No
 def test_the_principal_an_mcp_session_acted_for_is_shown(tmp_path) -> None:
     import json
 
-    from cellgate.gate.audit.show_json import json_view
+    from cellgate.gate.review.show_json import json_view
 
     path = mixed_run(tmp_path)
     nb = json.loads(path.read_text())

@@ -14,9 +14,9 @@ from conftest import cellgate
 from rich.console import Console
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate.audit.report import render
-from cellgate.gate.audit.show import show
-from cellgate.gate.audit.show_json import json_view
+from cellgate.gate.review.report import render
+from cellgate.gate.review.show import show
+from cellgate.gate.review.show_json import json_view
 
 WRONG = [None, 7, "text", [1, 2], {"a": 1}, True, -1.5, "9" * 300]
 

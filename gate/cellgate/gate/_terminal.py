@@ -1,7 +1,11 @@
-"""Recorded text shown to a person in a terminal: nothing in it acts on the terminal or hides.
+"""Recorded text shown to a person: nothing in it acts on the terminal or hides. The one text-safety module.
 
 Everything a run recorded came from, or through, the sandbox, and so did
-the arguments an approver looks at. Two views:
+the arguments an approver looks at. Every view of it uses this module: the
+terminal (``cellgate show``, ``exec``, the approval prompt), the HTML of the
+notebook's calls table and of ``cellgate report`` (``html_text``), and the
+JupyterLab extension's server side (through ``cellgate.gate``), so a hidden
+character is shown the same way everywhere. Two views:
 
 - ``clean(text)``: text as text (program output, tracebacks, notebook
   fields). Colour and style sequences (SGR) are dropped; every other escape
@@ -21,12 +25,17 @@ the arguments an approver looks at. Two views:
 
 Neither output is ever parsed as rich markup: callers print it as
 ``rich.text.Text`` (or plain ``print``), so ``[bold]`` stays ``[bold]``.
+A long field is shown head and tail (``head_and_tail``, ``value_text``);
+``html_text`` is that, HTML-escaped.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import unicodedata
+from typing import Any
 
 _SEQUENCE = re.compile(
     r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"  # CSI
@@ -104,9 +113,12 @@ def reveal(text: str, compress: bool = True) -> str:
     return "".join(piece for piece, _ in pieces(text, compress))
 
 
-def head_and_tail(text: str, limit: int, note: str) -> str:
-    """``reveal(text)``, or when longer than ``limit`` its first two thirds and last third around a
-    marker ``⟨N characters elided; {note}⟩``; an escape is never cut in two."""
+def head_and_tail(text: str, limit: int, note: str = "") -> str:
+    """``reveal(text)``, whole when ``text`` has at most ``limit`` characters or its escaped form does; else
+    the first two thirds and last third of ``limit`` shown characters around a marker ``⟨N characters elided;
+    {note}⟩`` (``⟨N characters elided⟩`` with no note), N counted as shown. An escape is never cut in two."""
+    if len(text) <= limit:  # a short field is shown whole, however long its escapes make it
+        return reveal(text)
     parts = pieces(text)
     total = sum(len(p) for p, _ in parts)
     if total <= limit:
@@ -133,7 +145,24 @@ def head_and_tail(text: str, limit: int, note: str) -> str:
         tail.append(piece)
         kept += len(piece)
     elided = total - used - kept
-    return f"{''.join(head)} … ⟨{elided:,} characters elided; {note}⟩ … {''.join(reversed(tail))}"
+    marker = f"{elided:,} characters elided" + (f"; {note}" if note else "")
+    return f"{''.join(head)} … ⟨{marker}⟩ … {''.join(reversed(tail))}"
 
 
-__all__ = ["clean", "reveal", "hidden", "head_and_tail", "pieces"]
+def value_text(value: Any, limit: int) -> str:
+    """A recorded value (a string as it is, anything else as JSON) shown head and tail (``head_and_tail``)."""
+    if isinstance(value, str):
+        return head_and_tail(value, limit)
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):  # not JSON: a record made in Python, not read from a file
+        text = "?"
+    return head_and_tail(text, limit)
+
+
+def html_text(value: Any, limit: int = 4000) -> str:
+    """A recorded value as HTML text (``value_text``, then HTML-escaped); '' for None."""
+    return "" if value is None else html.escape(value_text(value, limit), quote=True)
+
+
+__all__ = ["clean", "head_and_tail", "hidden", "html_text", "pieces", "reveal", "value_text"]

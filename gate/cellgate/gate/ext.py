@@ -11,8 +11,8 @@ behind them are private and move without notice: import a name from here, never 
 - Tool sources (``cellgate.tool_sources``): ``ToolSource``, ``open_sources``/``close_sources`` for a process
   that serves tools without a Session, ``RESERVED_TOOL_NAMES`` and ``stub_signature`` for showing a tool.
 - Agent loops and tracing (``cellgate.telemetry``): ``Telemetry``, ``CallSpan``, ``ModelTurn``, ``CallRecord``.
-- Showing text to a model, a terminal or a notebook: ``trim``, ``clean_for_terminal``, ``untrusted_markdown``,
-  ``waiting_notices``.
+- Showing text to a model, a terminal or a notebook: ``trim``, ``clean_for_terminal``, ``reveal_for_terminal``,
+  ``untrusted_markdown``, ``waiting_notices``.
 - Journal events (``cellgate.journal_events``): ``Recorder``, ``CellRecord``, ``JournalEventRun``.
 - Sandbox backends (``cellgate.sandbox_backends``): ``SandboxBackend``, ``SandboxHandle``, ``SandboxRequest``,
   ``SandboxStatus``, ``MemoryWatch``, ``SandboxLimits``, ``CURVE_SERVER_KEY``, ``sandbox_kernel_environment``.
@@ -32,6 +32,7 @@ from cellgate.gate import _lazy
 if TYPE_CHECKING:  # the names for type checkers; at run time they are imported lazily
     from cellgate.gate._model import StrictModel
     from cellgate.gate._terminal import clean as clean_for_terminal
+    from cellgate.gate._terminal import reveal as reveal_for_terminal
     from cellgate.gate.audit.artifacts import ArtifactError, blob_text
     from cellgate.gate.audit.cells import CellRecord
     from cellgate.gate.audit.events import Run as JournalEventRun
@@ -83,6 +84,7 @@ _EXT = {
     # showing text
     "trim": "cellgate.gate.calls.redaction",
     "clean_for_terminal": "cellgate.gate._terminal:clean",
+    "reveal_for_terminal": "cellgate.gate._terminal:reveal",
     "untrusted_markdown": "cellgate.gate.audit.sanitize",
     "waiting_notices": "cellgate.gate.ops.waiting",
     # journal events
@@ -135,6 +137,7 @@ __all__ = [
     "answer_approval",
     "blob_text",
     "clean_for_terminal",
+    "reveal_for_terminal",
     "close_sources",
     "find_config",
     "kernel_recording",

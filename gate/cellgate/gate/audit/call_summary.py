@@ -3,8 +3,8 @@
 Each function takes calls as the audit notebook lists them (``metadata.cellgate.calls``
 of a cell, see ``calls.record.CallRecord.as_metadata``) and never trusts their shape:
 a notebook someone hands the CLI is hostile, so a missing or mistyped field reads as
-unknown, never as an exception. What these return is plain data; the views escape it
-for where they show it (a terminal, HTML, JSON).
+unknown, never as an exception. What these return is plain data; the views show it
+through ``_terminal`` (a terminal, HTML, JSON).
 
 The outcome of a call is one of a closed set (``Outcome``): what happened, from the
 gate's decision and the call's error together. A call refused before any rule was
@@ -14,7 +14,6 @@ looked at (arguments that fail the tool's schema, a tool that does not exist) is
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -22,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Literal, get_args
 
-from cellgate.gate._terminal import reveal
 from cellgate.kernel.errors import error_for
 
 Outcome = Literal[
@@ -82,6 +80,11 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def count(value: Any) -> int:
+    """A recorded count (an int, not a bool), or 0 for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def error_kind(call: Mapping[str, Any]) -> str:
@@ -276,32 +279,7 @@ def failures_first(calls: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]
     return [c for c in listed if is_failure(outcome(c))] + [c for c in listed if not is_failure(outcome(c))]
 
 
-# ------------------------------------------------------------------ values
-
-def shorten(text: str, limit: int) -> str:
-    """``text`` with every hidden code point escaped (``_terminal.reveal``), and when longer than ``limit``
-    characters its first two thirds and last third around ``⟨N characters elided⟩``. Only the kept parts are
-    escaped, so a huge value costs no more than a short one. Not HTML-escaped: a view escapes for its medium."""
-    if len(text) <= limit:
-        return reveal(text)
-    head, tail = limit * 2 // 3, limit // 3
-    elided = len(text) - head - tail
-    return f"{reveal(text[:head])} … ⟨{elided:,} characters elided⟩ … {reveal(text[len(text) - tail:])}"
-
-
-def value_text(value: Any, limit: int) -> str:
-    """A recorded value (arguments, a result) as JSON, shortened (see ``shorten``)."""
-    if isinstance(value, str):
-        return shorten(value, limit)
-    try:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError, RecursionError):  # not JSON: a record made in Python, not read from a file
-        text = "?"
-    return shorten(text, limit)
-
-
 __all__ = ["FAILURES", "LABELS", "OUTCOMES", "Approval", "Outcome", "ToolSummary", "approval",
            "as_dict", "as_list", "by_decision", "by_outcome", "by_tool", "call_finished", "call_started",
            "decision", "error_kind", "error_message", "exception_name", "failures_first", "format_duration",
-           "format_time", "is_failure", "is_late", "number", "outcome", "parse_time", "shorten", "span",
-           "text_of", "value_text"]
+           "count", "format_time", "is_failure", "is_late", "number", "outcome", "parse_time", "span", "text_of"]

@@ -10,29 +10,29 @@ with no extension. Its metadata says who wrote it: ``cellgate.authored_by =
 types and metadata keys from every kernel output, and the HTML the kernel
 sends loses its ``class`` attributes, so ``cellgate-calls`` is the host's.
 
-The HTML is built from escaped values only (``visible`` shows control and
-bidi characters as escapes) and then passed through a strict allowlist: no
-script, no style, no link, no external resource.
+The table (``calls_table``) is the one HTML table of calls: ``cellgate
+report`` shows it too. It is built from escaped values only (``_terminal``
+shows every hidden character as an escape, as ``cellgate show`` does) and
+then passed through a strict allowlist: no script, no style, no link, no
+external resource.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from collections import Counter
 from typing import Any
 
 import nh3
 
+from cellgate.gate._terminal import head_and_tail, html_text, value_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.calls.redaction import visible
 
 CALLS_MIME = "application/vnd.cellgate.calls+json"
 HOST_MARK = {"authored_by": "host"}
 FULL_TABLE_UP_TO = 20  # larger cells: a summary and the failures first, every call in <details>
 MAX_ROWS = 1000  # rows in one table; the bundle and metadata.cellgate keep every call
-ARGS_CHARS = 200
-RESULT_CHARS = 200
+VALUE_CHARS = 200  # of arguments and results, head and tail
 
 _TAGS = {"div", "p", "b", "br", "code", "small", "table", "thead", "tbody", "tr", "th", "td", "details", "summary"}
 _CLEANER = nh3.Cleaner(tags=_TAGS, attributes={"*": {"class", "title"}}, url_schemes=set(), strip_comments=True)
@@ -59,63 +59,92 @@ def summary(calls: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
     return dict(Counter((str(c.get("tool")), cs.decision(c), outcome(c)) for c in calls))
 
 
-def _trim(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = visible(text)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+def claims_text(call: dict[str, Any]) -> str:
+    """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
+    claimed = cs.as_dict(call.get("claimed"))
+    parts = []
+    if claimed.get("line") is not None:
+        parts.append(f"line {head_and_tail(str(claimed['line']), 20)}")
+    if claimed.get("source_line"):
+        parts.append(repr(head_and_tail(str(claimed["source_line"]), 120)))
+    if claimed.get("thread"):
+        parts.append(f"thread {head_and_tail(str(claimed['thread']), 60)!r}")
+    return "reported by the kernel: " + ", ".join(parts) if parts else ""
 
 
-def _esc(value: Any, limit: int = 200) -> str:
-    return html.escape(_trim(value, limit), quote=True)
-
-
-def _approver(call: dict[str, Any]) -> str:
-    approval = call.get("approval")
-    if not isinstance(approval, dict):
+def approver_html(call: dict[str, Any]) -> str:
+    """Who answered a call's approval request, when and why, as HTML; '' for a call no approver was asked."""
+    asked = cs.approval(call)
+    if asked is None:
         return ""
-    answered = approval.get("answered")
-    return str(approval.get("approver") or "") + (f" at {answered}" if answered else " (no answer)")
+    when = (f"answered {cs.format_time(asked.answered)}" if asked.answered is not None
+            else f"withdrawn {cs.format_time(asked.withdrawn)}" if asked.withdrawn is not None else "no answer")
+    waited = f" ({cs.format_duration(asked.waited)} after the request)" if asked.waited is not None else ""
+    reason = f"<br><small>{html_text(asked.reason, 200)}</small>" if asked.reason else ""
+    return f"{html_text(asked.approver, 120)} <small>{html_text(when + waited)}</small>{reason}"
 
 
-def _result(call: dict[str, Any]) -> Any:
+def _result(call: dict[str, Any], chars: int) -> str:
+    if call.get("ok") is True:
+        return f"<code>{html_text(call.get('result', call.get('result_preview', '')), chars)}</code>"
+    exception = cs.exception_name(call)
+    named = f"<b>{html_text(exception or 'unknown', 80)}</b>: " if exception or cs.outcome(call) == "unknown" else ""
+    return f"{named}<code>{html_text(cs.error_message(call), chars)}</code>"
+
+
+def _failure(call: dict[str, Any]) -> Any:
     error = call.get("error")
-    if isinstance(error, dict):
-        return error.get("message", "")
-    return call.get("result", call.get("result_preview", ""))
+    return error.get("message", "") if isinstance(error, dict) else call.get("result", call.get("result_preview", ""))
 
 
 def _time(call: dict[str, Any]) -> str:
-    started = str(call.get("started") or "")
-    clock = started.split("T")[-1] if "T" in started else started
-    duration = call.get("duration_ms")
-    took = f"{duration:.1f} ms" if isinstance(duration, (int, float)) else str(duration or "")
-    return f"{clock} · {took}" if took else clock
+    took = cs.number(call.get("duration_ms"))
+    return (f"{cs.format_time(cs.call_started(call), date=False)} · "
+            f"{cs.format_duration(took / 1000 if took is not None else None)}")
 
 
-def _row(call: dict[str, Any]) -> str:
-    state = outcome(call)
+def _row(call: dict[str, Any], ended: Any, chars: int, claims: bool) -> str:
+    found = cs.outcome(call)
     rule = call.get("rule")
-    return (f'<tr class="cellgate-call-{_esc(cs.outcome(call), 40)}"><td>{_esc(call.get("seq"), 20)}</td>'
-            f"<td><code>{_esc(call.get('tool'), 100)}</code></td><td><code>{_esc(call.get('args'), ARGS_CHARS)}"
-            f"</code></td><td>{_esc(cs.decision(call), 40)}"
-            + (f"<br><small>rule {_esc(rule, 100)}</small>" if rule else "")
-            + f"</td><td>{_esc(_approver(call), 120)}</td><td><b>{_esc(state, 40)}</b></td>"
-            f"<td><code>{_esc(_result(call), RESULT_CHARS)}</code></td><td>{_esc(_time(call), 60)}</td></tr>")
+    claimed = claims_text(call) if claims else ""
+    late = '<br><small class="cellgate-late">late: finished after its cell ended</small>' \
+        if ended is not None and cs.is_late(call, ended) else ""
+    return (f'<tr class="cellgate-call-{html_text(found, 40)}"><td>{html_text(call.get("seq"), 20)}</td>'
+            f"<td><code>{html_text(call.get('tool'), 100)}</code>"
+            + (f'<br><small class="cellgate-claim">{html.escape(claimed)}</small>' if claimed else "")
+            + f"</td><td><code>{html_text(call.get('args'), chars)}</code></td><td>{html_text(cs.decision(call), 40)}"
+            + (f"<br><small>rule {html_text(rule, 100)}</small>" if rule else "")
+            + f"</td><td>{approver_html(call)}</td>"
+            + ('<td class="cellgate-failed">' if cs.is_failure(found) else "<td>")
+            + f"<b>{html_text(cs.LABELS[found], 40)}</b>{late}</td>"
+            f"<td>{_result(call, chars)}</td><td>{html_text(_time(call), 60)}</td></tr>")
 
 
-def _table(calls: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("#", "tool", "arguments", "decision", "approver", "outcome",
-                                            "result / error", "time"))
-    more = len(calls) - MAX_ROWS
+CALLS_HEAD = ("#", "tool", "arguments", "decision", "approver", "outcome", "result / error", "time")
+
+
+def calls_table(calls: list[dict[str, Any]], *, ended: Any = None, chars: int = VALUE_CHARS, max_rows: int = MAX_ROWS,
+                claims: bool = False, more: str = "") -> str:
+    """The one HTML table of calls: the notebook's calls output and ``cellgate report`` both show it.
+
+    Every value is HTML-escaped with its hidden characters shown (``_terminal.html_text``), long ones head and
+    tail in ``chars``. ``ended``: the cell's end, to mark a call that finished after it; ``claims``: show the
+    kernel's claims about each call; ``more``: where the calls past ``max_rows`` are."""
+    head = "".join(f"<th>{h}</th>" for h in CALLS_HEAD)
+    left = len(calls) - max_rows
     return (f'<table class="cellgate-calls-table"><thead><tr>{head}</tr></thead><tbody>'
-            + "".join(_row(c) for c in calls[:MAX_ROWS]) + "</tbody></table>"
-            + (f"<p>… and {more} more calls (all of them in this output's {CALLS_MIME} data and in the "
-               "cell's metadata.cellgate.calls)</p>" if more > 0 else ""))
+            + "".join(_row(c, ended, chars, claims) for c in calls[:max_rows]) + "</tbody></table>"
+            + (f"<p>… and {left} more calls ({more})</p>" if left > 0 else ""))
+
+
+def _table(calls: list[dict[str, Any]], ended: Any) -> str:
+    return calls_table(calls, ended=ended, more=f"all of them in this output's {CALLS_MIME} data and in the cell's "
+                                                "metadata.cellgate.calls")
 
 
 def _summary_table(calls: list[dict[str, Any]]) -> str:
-    rows = "".join(f"<tr><td><code>{_esc(tool, 100)}</code></td><td>{_esc(decision, 40)}</td>"
-                   f"<td>{_esc(state, 40)}</td><td>{count}</td></tr>"
+    rows = "".join(f"<tr><td><code>{html_text(tool, 100)}</code></td><td>{html_text(decision, 40)}</td>"
+                   f"<td>{html_text(state, 40)}</td><td>{count}</td></tr>"
                    for (tool, decision, state), count in sorted(summary(calls).items()))
     return ('<table class="cellgate-calls-summary"><thead><tr><th>tool</th><th>decision</th><th>outcome</th>'
             f"<th>calls</th></tr></thead><tbody>{rows}</tbody></table>")
@@ -127,17 +156,17 @@ def _headline(calls: list[dict[str, Any]]) -> str:
     return f"cellgate recorded {len(calls)} gated call{'s' if len(calls) != 1 else ''} of this cell: {parts}"
 
 
-def calls_html(calls: list[dict[str, Any]]) -> str:
-    """A static table of the calls; a summary and the failures first when there are many."""
-    body = f"<p><b>{html.escape(_headline(calls))}</b></p>"
+def calls_html(calls: list[dict[str, Any]], ended: Any = None) -> str:
+    """A static table of the calls (``calls_table``); a summary and the failures first when there are many."""
+    body = f"<p><b>{html_text(_headline(calls))}</b></p>"
     if len(calls) <= FULL_TABLE_UP_TO:
-        body += _table(calls)
+        body += _table(calls, ended)
     else:
         failures = [c for c in calls if not is_ok(c)]
         body += _summary_table(calls)
         if failures:
-            body += f"<p><b>{len(failures)} not ok</b></p>" + _table(failures)
-        body += f"<details><summary>all {len(calls)} calls</summary>{_table(calls)}</details>"
+            body += f"<p><b>{len(failures)} not ok</b></p>" + _table(failures, ended)
+        body += f"<details><summary>all {len(calls)} calls</summary>{_table(calls, ended)}</details>"
     return str(_CLEANER.clean(f'<div class="cellgate-calls">{body}</div>'))
 
 
@@ -145,24 +174,26 @@ def calls_text(calls: list[dict[str, Any]]) -> str:
     lines = [_headline(calls)]
     many = len(calls) > FULL_TABLE_UP_TO
     if many:
-        lines += [f"  {count} x {_trim(tool, 100)} {_trim(decision, 40)} -> {state}"
+        lines += [f"  {count} x {value_text(tool, 100)} {value_text(decision, 40)} -> {state}"
                   for (tool, decision, state), count in sorted(summary(calls).items())]
         lines.append("not ok:" if any(not is_ok(c) for c in calls) else "all ok")
     shown = [c for c in calls if not is_ok(c)] if many else calls
     for call in shown[:FULL_TABLE_UP_TO]:
-        rule = f" (rule {_trim(call.get('rule'), 100)})" if call.get("rule") else ""
-        lines.append(f"  #{call.get('seq')} {_trim(call.get('tool'), 100)} {_trim(cs.decision(call), 40)}{rule}"
-                     f" -> {outcome(call)}" + ("" if call.get("ok") else f": {_trim(_result(call), 120)}"))
+        rule = f" (rule {value_text(call.get('rule'), 100)})" if call.get("rule") else ""
+        failed = "" if call.get("ok") else f": {value_text(_failure(call), 120)}"
+        lines.append(f"  #{value_text(call.get('seq'), 20)} {value_text(call.get('tool'), 100)} "
+                     f"{value_text(cs.decision(call), 40)}{rule} -> {outcome(call)}{failed}")
     if len(shown) > FULL_TABLE_UP_TO or len(shown) < len(calls):
         lines.append(f"  ({len(calls) - min(len(shown), FULL_TABLE_UP_TO)} more not listed here)")
     return "\n".join(lines)
 
 
-def calls_output(calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The host's output for a cell that made ``calls`` (as metadata.cellgate.calls lists them)."""
+def calls_output(calls: list[dict[str, Any]], ended: Any = None) -> dict[str, Any]:
+    """The host's output for a cell that made ``calls`` (as metadata.cellgate.calls lists them) and ``ended``."""
     return {"output_type": "display_data", "metadata": {"cellgate": dict(HOST_MARK)},
-            "data": {CALLS_MIME: {"calls": calls}, "text/html": calls_html(calls), "text/plain": calls_text(calls)}}
+            "data": {CALLS_MIME: {"calls": calls}, "text/html": calls_html(calls, ended),
+                     "text/plain": calls_text(calls)}}
 
 
-__all__ = ["CALLS_MIME", "calls_html", "calls_output", "calls_text", "is_host_output",
-           "outcome", "summary"]
+__all__ = ["CALLS_HEAD", "CALLS_MIME", "approver_html", "calls_html", "calls_output", "calls_table", "calls_text",
+           "claims_text", "is_host_output", "outcome", "summary"]

@@ -8,7 +8,8 @@ captured, and the whole notebook is validated when the session closes.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import nbformat
 from nbformat import NotebookNode
@@ -22,8 +23,19 @@ from cellgate.gate.audit.cells import CellRecord
 from cellgate.gate.audit.journal import json_safe
 from cellgate.gate.audit.sanitize import FORGED
 
-if TYPE_CHECKING:
-    from cellgate.gate.audit.reducer import Reducer
+
+class Run(Protocol):
+    """What a rendering reads of a run: the reducer's state (``reducer.Reducer`` is one). A protocol, so this
+    module does not import the reducer, which renders through it."""
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+    @property
+    def sections(self) -> dict[str, Any]: ...
+    @property
+    def cells(self) -> Sequence[CellRecord]: ...
+    @property
+    def head(self) -> dict[str, Any] | None: ...
 
 
 def cell_node(cell: CellRecord) -> NotebookNode:
@@ -34,7 +46,7 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         markdown.metadata["cellgate"] = {"kind": "model", **cell.extra}
         return markdown
     calls = sorted([*cell.calls, *cell.pending_calls.values()], key=lambda c: c["seq"])
-    outputs = [*cell.outputs, calls_output(calls)] if calls else cell.outputs
+    outputs = [*cell.outputs, calls_output(calls, cell.ended)] if calls else cell.outputs
     node: NotebookNode = nbformat.from_dict({
         "id": f"cell-{cell.serial}", "cell_type": "code", "metadata": {}, "execution_count": cell.execution_count,
         "source": cell.source, "outputs": [nbformat.from_dict(o) for o in outputs]})
@@ -82,7 +94,7 @@ def forged_outputs(outputs: list[Any]) -> list[dict[str, Any]]:
     return found
 
 
-def notebook_metadata(run: Reducer, journal_name: str) -> dict[str, Any]:
+def notebook_metadata(run: Run, journal_name: str) -> dict[str, Any]:
     return {
         "kernelspec": {"name": "cellgate", "display_name": "cellgate (gVisor)", "language": "python"},
         "language_info": {"name": "python"},
@@ -91,7 +103,7 @@ def notebook_metadata(run: Reducer, journal_name: str) -> dict[str, Any]:
     }
 
 
-def notebook(run: Reducer, journal_name: str) -> NotebookNode:
+def notebook(run: Run, journal_name: str) -> NotebookNode:
     """The notebook of the run's ended cells (a cell still running is not shown)."""
     nb: NotebookNode = new_notebook(metadata=notebook_metadata(run, journal_name))
     nb.cells = [cell_node(c) for c in run.cells if c.status is not None]
@@ -117,7 +129,7 @@ class NotebookText:
                                                                          ensure_ascii=False))
         return cached[1]
 
-    def render(self, run: Reducer, journal_name: str) -> str:
+    def render(self, run: Run, journal_name: str) -> str:
         parts = [self._cell_text(cell) for cell in run.cells if cell.status is not None]
         envelope: str = nbjson_writes(new_notebook(metadata=notebook_metadata(run, journal_name)))
         empty = '{\n "cells": [],\n'
@@ -127,4 +139,4 @@ class NotebookText:
         return envelope + "\n"
 
 
-__all__ = ["NotebookText", "cell_node", "forged_outputs", "notebook", "notebook_metadata"]
+__all__ = ["NotebookText", "Run", "cell_node", "forged_outputs", "notebook", "notebook_metadata"]

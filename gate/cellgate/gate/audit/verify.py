@@ -37,8 +37,8 @@ from cellgate.gate.audit.artifacts import ArtifactError, blob_text, open_confine
 from cellgate.gate.audit.calls_view import CALLS_MIME, is_host_output
 from cellgate.gate.audit.canonical import canonical_cell, canonical_metadata, canonical_source
 from cellgate.gate.audit.journal import JournalRead, read_journal
+from cellgate.gate.audit.notebook_file import journal_of, load_notebook
 from cellgate.gate.audit.reducer import Reducer
-from cellgate.gate.audit.show import journal_of, load_notebook
 
 ENDINGS = ("session-ended", "recovered")
 

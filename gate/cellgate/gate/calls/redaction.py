@@ -1,28 +1,14 @@
-"""Making untrusted text safe to show and to send back: visible escapes and redaction."""
+"""Making untrusted text safe to send back: redaction of host paths, credentials and secrets, and trimming.
+
+Showing it to a person (hidden characters as escapes) is ``_terminal``'s, the one definition of what is
+hidden, which every view uses.
+"""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from collections.abc import Iterable
-
-# C0/C1 controls, bidi overrides and isolates, zero-width characters.
-_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-
-
-_BLANKS = re.compile(r"[ \t\n\u00a0\u3000]{16,}")
-
-
-def visible(text: str) -> str:
-    """Show control, bidi and zero-width characters as escapes, e.g. ``\\x1b`` or ``\\u202e``."""
-    def escape(match: re.Match[str]) -> str:
-        char = match.group(0)
-        return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
-
-    text = _INVISIBLE.sub(escape, text)
-    # A long run of blanks can push the real content off screen.
-    return _BLANKS.sub(lambda m: f" ⟨{len(m.group(0))} blanks⟩ ", text)
-
 
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.@+-]+/)+[\w.@+-]*")
 _CREDENTIAL = re.compile(

@@ -30,7 +30,7 @@ from typing import Any
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.audit.artifacts import ArtifactError, blob_value, open_confined, read_capped, run_name
-from cellgate.gate.audit.show import journal_of, load_notebook
+from cellgate.gate.audit.notebook_file import journal_of, load_notebook
 from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry

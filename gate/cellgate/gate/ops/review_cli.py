@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-SHOWN_BY_DEFAULT = 10  # audit.show.CALLS_SHOWN, repeated here: `cellgate --help` must not import the audit room
+SHOWN_BY_DEFAULT = 10  # review.show.CALLS_SHOWN, repeated here: `cellgate --help` must not import the review room
 
 
 def _calls(value: str) -> int | None:
@@ -42,17 +42,17 @@ def add_show(sub: Any) -> None:
     show.add_argument("--calls", type=_calls, default=SHOWN_BY_DEFAULT, metavar="N|all",
                       help=f"calls listed per cell, failures first (default {SHOWN_BY_DEFAULT}; 'all' lists every one)")
     show.add_argument("--json", action="store_true", help="print the summary as JSON for scripts (its shape is "
-                      "documented in cellgate.gate.audit.show_json)")
+                      "documented in cellgate.gate.review.show_json)")
 
     def run_show(a: argparse.Namespace) -> int:
         if a.json:
             import json
 
-            from cellgate.gate.audit.show_json import json_view
+            from cellgate.gate.review.show_json import json_view
 
             print(json.dumps(json_view(Path(a.notebook), cell=a.cell, calls=a.calls), indent=1))
             return 0
-        from cellgate.gate.audit.show import show as summarise
+        from cellgate.gate.review.show import show as summarise
 
         summarise(Path(a.notebook), cell=a.cell, calls=a.calls)
         return 0
@@ -66,7 +66,7 @@ def add_report(sub: Any) -> None:
     report.add_argument("-o", "--output", required=True, help="the .html file to write")
 
     def run_report(a: argparse.Namespace) -> int:
-        from cellgate.gate.audit.report import write_report
+        from cellgate.gate.review.report import write_report
 
         print(f"wrote {write_report(Path(a.notebook), Path(a.output))}")
         return 0

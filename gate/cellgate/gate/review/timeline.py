@@ -15,8 +15,9 @@ import math
 from collections.abc import Callable
 from datetime import datetime
 
+from cellgate.gate._terminal import head_and_tail
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.run_view import Restart, RunView
+from cellgate.gate.review.run_view import Restart, RunView
 
 MAX_CALL_TICKS = 200  # per cell: a busy cell's ticks would be one smear anyway
 STYLE = """
@@ -118,7 +119,7 @@ def timeline(run: RunView, esc: Callable[[object], str]) -> str:
              if cell.late_outputs else [])
         if notes:
             parts.append(f'<span class="tl-mark tl-late" style="{_beside(after)}">&#x25c6; {esc(", ".join(notes))}</span>')
-        rows.append(_row(f"cell {cell.number}", "".join(parts), title=esc(cs.shorten(cell.title, 120))))
+        rows.append(_row(f"cell {cell.number}", "".join(parts), title=esc(head_and_tail(cell.title, 120))))
         previous_end = cell.ended or previous_end
     if len(run.cells) in restarts:
         rows.append(_restart_row(restarts[len(run.cells)], axis, previous_end, esc))

@@ -1,4 +1,4 @@
-"""Reading a run: load its notebook safely, summarise it in the terminal or as JSON (``cellgate show``).
+"""`cellgate show`: a run summarised in the terminal (its notebook read by ``audit.notebook_file``).
 
 The terminal view prints every recorded value as text (``rich.text.Text``, never markup) through
 ``terminal.reveal``, so a tampered notebook cannot move the cursor, write the clipboard or style text;
@@ -7,7 +7,6 @@ long values are shown head and tail. ``--json`` prints the same facts for script
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,64 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate._terminal import reveal
+from cellgate.gate._terminal import head_and_tail, reveal, value_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.artifacts import MAX_NOTEBOOK_BYTES, journal_name, open_regular, read_capped
-from cellgate.gate.audit.run_view import CellView, Restart, RunView, read_run
+from cellgate.gate.audit.calls_view import claims_text
+from cellgate.gate.audit.notebook_file import notebook_json
+from cellgate.gate.review.run_view import CellView, Restart, RunView, read_run
 
 CALLS_SHOWN = 10  # calls listed per cell unless --calls says otherwise
 FORMAT = "cellgate.show/1"
-
-
-def _text(path: Path) -> str:
-    return read_capped(open_regular(path, "the notebook"), MAX_NOTEBOOK_BYTES, f"the notebook {path}").decode("utf-8")
-
-
-def _unreadable(path: Path, problem: object) -> ConfigError:
-    return ConfigError(f"{path}: not a readable notebook: {problem}; is it a cellgate audit notebook?")
-
-
-def _no_cellgate(path: Path) -> ConfigError:
-    return ConfigError(f"{path}: has no cellgate metadata; it is not a cellgate audit notebook")
-
-
-def load_notebook(path: Path) -> Any:
-    """An audit notebook the operator named: a regular file, read with a cap, with cellgate metadata."""
-    import nbformat  # here: it imports jsonschema, more than all of `cellgate show` (which reads the JSON)
-
-    try:
-        # Not validated against nbformat's schema (nbformat.reads only logs what that finds, and compiling the
-        # schema is slow): every field is checked where it is read.
-        nb = nbformat.convert(nbformat.reader.reads(_text(path)), 4)
-    except RecursionError:
-        raise _unreadable(path, "its JSON is nested too deeply") from None
-    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as exc:  # not JSON, UTF-8, ...
-        raise _unreadable(path, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from None
-    if not isinstance(nb.metadata.get("cellgate"), dict):
-        raise _no_cellgate(path)
-    return nb
-
-
-def notebook_json(path: Path) -> dict[str, Any]:
-    """An audit notebook as ``load_notebook`` checks it, as plain JSON (nbformat 4, as cellgate writes them):
-    what ``show`` summarises, without importing nbformat."""
-    try:
-        nb = json.loads(_text(path))
-    except RecursionError:
-        raise _unreadable(path, "its JSON is nested too deeply") from None
-    except ValueError as exc:  # not JSON, not UTF-8
-        raise _unreadable(path, exc) from None
-    if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
-        raise _unreadable(path, "not the JSON of an nbformat 4 notebook")
-    if not isinstance(cs.as_dict(nb.get("metadata")).get("cellgate"), dict):
-        raise _no_cellgate(path)
-    return nb
-
-
-def journal_of(path: Path, nb: Any) -> str:
-    """The journal's file name, checked to be a plain ``<name>.journal.jsonl`` beside the notebook."""
-    journal = nb.metadata.cellgate.get("journal")
-    return journal_name(journal.get("file") if isinstance(journal, dict) else None, path)
 
 
 STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout": "red", "killed": "bold red",
@@ -83,24 +32,7 @@ STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout
 
 def _field(value: Any, limit: int = 200) -> str:
     """A recorded value as one line a terminal shows as text (see ``terminal.reveal``), head and tail if long."""
-    return cs.shorten(value if isinstance(value, str) else str(value), limit)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def claims_text(call: dict[str, Any]) -> str:
-    """The kernel's unverified claims about a call (line, source line, thread), labelled as such."""
-    claimed = cs.as_dict(call.get("claimed"))
-    parts = []
-    if claimed.get("line") is not None:
-        parts.append(f"line {_field(claimed['line'], 20)}")
-    if claimed.get("source_line"):
-        parts.append(repr(_field(claimed["source_line"], 120)))
-    if claimed.get("thread"):
-        parts.append(f"thread {_field(claimed['thread'], 60)!r}")
-    return "reported by the kernel: " + ", ".join(parts) if parts else ""
+    return head_and_tail(value if isinstance(value, str) else str(value), limit)
 
 
 def calls_listed(cell: CellView, limit: int | None) -> tuple[list[dict[str, Any]], int]:
@@ -235,7 +167,7 @@ class _Printer:
                   f" {_ms(call.get('duration_ms'))} at {_clock(call.get('started'))}"
                   + (f", rule {_field(rule, 120)}" if isinstance(rule, str) and rule else ""),
                   (" LATE: finished after its cell ended" if cs.is_late(call, cell.meta.get("ended")) else "", "yellow"))
-        self.line(("      args ", "dim"), cs.value_text(call.get("args"), 300))
+        self.line(("      args ", "dim"), value_text(call.get("args"), 300))
         approved = approval_text(call)
         if approved:
             self.line(("      ", ""), approved)
@@ -262,9 +194,9 @@ class _Printer:
         ended = cs.as_dict(agent.get("ended")) or {"reason": "still running, or the host stopped"}
         self.line(f"agent: model {_field(agent.get('model'))}, mode {_field(agent.get('mode'))}, "
                   f"{len(cs.as_list(agent.get('turns')))} turns, ended {_field(ended.get('reason'))}; "
-                  f"tokens in {_count(usage.get('input_tokens')):,} out {_count(usage.get('output_tokens')):,} "
-                  f"cache read {_count(usage.get('cache_read_input_tokens')):,} "
-                  f"cache write {_count(usage.get('cache_creation_input_tokens')):,}")
+                  f"tokens in {cs.count(usage.get('input_tokens')):,} out {cs.count(usage.get('output_tokens')):,} "
+                  f"cache read {cs.count(usage.get('cache_read_input_tokens')):,} "
+                  f"cache write {cs.count(usage.get('cache_creation_input_tokens')):,}")
 
 
 def read(path: Path) -> RunView:
@@ -306,5 +238,5 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
     return sum(each.status != "ok" for each in run.cells)
 
 
-__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed", "claims_text", "journal_of", "load_notebook",
-           "notebook_json", "read", "select_cell", "show"]
+__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed",
+           "read", "select_cell", "show"]

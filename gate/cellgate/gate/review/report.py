@@ -8,7 +8,7 @@ external resource (images only as data: URLs), so even a sanitizer bypass
 could neither run nor phone home. Everything else on the page is generated
 here from the notebook's metadata with every value HTML-escaped: the run's
 times, a summary per outcome, decision and tool, the asked calls with their
-approver and answer time, a timeline (``audit.timeline``), and each cell's
+approver and answer time, a timeline (``review.timeline``), and each cell's
 calls. A long call list shows its failures and folds the rest into a
 ``<details>`` element (HTML, no script).
 """
@@ -29,11 +29,12 @@ from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]  #
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
+from cellgate.gate._terminal import head_and_tail, html_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit import timeline
-from cellgate.gate.audit.calls_view import is_host_output
-from cellgate.gate.audit.run_view import CellView, RunView, read_run
-from cellgate.gate.audit.show import claims_text, load_notebook
+from cellgate.gate.audit.calls_view import approver_html, calls_table, is_host_output
+from cellgate.gate.audit.notebook_file import load_notebook
+from cellgate.gate.review import timeline
+from cellgate.gate.review.run_view import CellView, RunView, read_run
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
        "frame-src 'none'; object-src 'none'; script-src 'none'; connect-src 'none'")
@@ -46,23 +47,16 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; 
 h1 { font-size: 1.4em; } .meta td { padding: 0 1em 0 0; vertical-align: top; }
 .ok { background: #4c9a4c; } .error, .timeout, .killed, .kernel-died, .memory { background: #c44; }
 .interrupted, .rejected { background: #d9a400; }
-table.calls, table.summary { border-collapse: collapse; font-size: .85em; margin: .5em 0 1.5em; }
-table.calls { width: 100%; } .side { display: flex; gap: 2em; align-items: flex-start; }
-table.calls td, table.calls th, table.summary td, table.summary th {
+table.cellgate-calls-table, table.summary { border-collapse: collapse; font-size: .85em; margin: .5em 0 1.5em; }
+table.cellgate-calls-table { width: 100%; } .side { display: flex; gap: 2em; align-items: flex-start; }
+table.cellgate-calls-table td, table.cellgate-calls-table th, table.summary td, table.summary th {
   border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
 table.summary td.n { text-align: right; }
-.status { font-weight: bold; } .fail { color: #b00; } .late { color: #a60; font-weight: bold; }
+.status { font-weight: bold; } .fail, .cellgate-failed { color: #b00; } .late, .cellgate-late { color: #a60; font-weight: bold; }
 .badge { padding: 0 .4em; color: #fff; }
 details > summary { cursor: pointer; color: #335; margin: .3em 0; }
-pre { white-space: pre-wrap; word-break: break-word; margin: 0; }
+pre, table.cellgate-calls-table code { white-space: pre-wrap; word-break: break-word; margin: 0; }
 """
-
-
-def _esc(value: Any) -> str:
-    """Any recorded value as HTML text: hidden characters escaped (``reveal``), long values head and tail."""
-    if value is None:
-        return ""
-    return html.escape(cs.value_text(value, 4000) if not isinstance(value, str) else cs.shorten(value, 4000), quote=True)
 
 
 def _table(head: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "summary") -> str:
@@ -76,63 +70,21 @@ def _td(text: str, cls: str = "") -> str:
     return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
 
 
-def _approval_cell(call: dict[str, Any]) -> str:
-    asked = cs.approval(call)
-    if asked is None:
-        return ""
-    when = (f"answered {_esc(cs.format_time(asked.answered))}" if asked.answered is not None
-            else f"withdrawn {_esc(cs.format_time(asked.withdrawn))}" if asked.withdrawn is not None else "no answer")
-    waited = f" ({_esc(cs.format_duration(asked.waited))} after the request)" if asked.waited is not None else ""
-    reason = f"<br><small>{_esc(asked.reason)}</small>" if asked.reason else ""
-    return f"{_esc(asked.approver)}<br><small>{when}{waited}</small>{reason}"
-
-
-def _call_row(call: dict[str, Any], cell: CellView) -> str:
-    found = cs.outcome(call)
-    failed = cs.is_failure(found)
-    exception = cs.exception_name(call)
-    if call.get("ok") is True:
-        result = call.get("result", call.get("result_preview", ""))
-        shown = f"<pre>{html.escape(cs.value_text(result, VALUE_CHARS))}</pre>"
-    else:
-        shown = (f"<b>{_esc(exception or 'unknown')}</b>: " if exception or found == "unknown" else "") + \
-            f"<pre>{_esc(cs.shorten(cs.error_message(call), VALUE_CHARS))}</pre>"
-    claims = claims_text(call)
-    late = '<br><span class="late">late: finished after its cell ended</span>' \
-        if cs.is_late(call, cell.meta.get("ended")) else ""
-    took = cs.number(call.get("duration_ms"))
-    return "".join([
-        _td(_esc(call.get("seq"))),
-        _td(_esc(cs.format_time(cs.call_started(call), date=False))),
-        _td(_esc(call.get("tool")) + (f'<br><small class="claim">{_esc(claims)}</small>' if claims else "")),
-        _td(f"<pre>{html.escape(cs.value_text(call.get('args'), VALUE_CHARS))}</pre>"),
-        _td(f"{_esc(cs.decision(call))}<br><small>{_esc(call.get('rule') or '')}</small>"),
-        _td(_approval_cell(call)),
-        _td(_esc(cs.LABELS[found]) + late, "fail" if failed else ""),
-        _td(shown),
-        _td(_esc(cs.format_duration(took / 1000 if took is not None else None))),
-    ])
-
-
-CALL_HEAD = ("#", "started", "tool", "arguments", "decision / rule", "approver", "outcome", "result / error", "took")
-
-
 def _calls_table(calls: list[dict[str, Any]], cell: CellView) -> str:
-    rows = [[_call_row(call, cell)] for call in calls[:MAX_ROWS]]
-    more = (f"<p>… and {len(calls) - MAX_ROWS} more calls (all are in the notebook; "
-            f"<code>cellgate show --cell {cell.number} --calls all</code> lists them)</p>") if len(calls) > MAX_ROWS else ""
-    return _table(CALL_HEAD, rows, "calls") + more
+    return calls_table(calls, ended=cell.meta.get("ended"), chars=VALUE_CHARS, max_rows=MAX_ROWS, claims=True,
+                       more=f"all are in the notebook; <code>cellgate show --cell {cell.number} --calls all</code> "
+                            "lists them")
 
 
 def _summary_tables(calls: list[dict[str, Any]]) -> str:
-    outcomes = _table(("outcome", "calls"), [[_td(_esc(cs.LABELS[k]), "fail" if cs.is_failure(k) else ""),
+    outcomes = _table(("outcome", "calls"), [[_td(html_text(cs.LABELS[k]), "fail" if cs.is_failure(k) else ""),
                                               _td(str(n), "n")] for k, n in cs.by_outcome(calls).items()])
-    decisions = _table(("decision", "calls"), [[_td(_esc(k)), _td(str(n), "n")]
+    decisions = _table(("decision", "calls"), [[_td(html_text(k)), _td(str(n), "n")]
                                                for k, n in cs.by_decision(calls).items()])
     tools = _table(("tool", "calls", "failed", "outcomes", "time", "longest"), [
-        [_td(_esc(t.tool)), _td(str(t.calls), "n"), _td(str(t.failed), "n"),
-         _td(_esc(", ".join(f"{cs.LABELS[k]} {t.outcomes[k]}" for k in cs.OUTCOMES if t.outcomes[k]))),
-         _td(_esc(cs.format_duration(t.total_ms / 1000)), "n"), _td(_esc(cs.format_duration(t.max_ms / 1000)), "n")]
+        [_td(html_text(t.tool)), _td(str(t.calls), "n"), _td(str(t.failed), "n"),
+         _td(html_text(", ".join(f"{cs.LABELS[k]} {t.outcomes[k]}" for k in cs.OUTCOMES if t.outcomes[k]))),
+         _td(html_text(cs.format_duration(t.total_ms / 1000)), "n"), _td(html_text(cs.format_duration(t.max_ms / 1000)), "n")]
         for t in cs.by_tool(calls)])
     return f'<h2>Calls</h2><div class="side">{outcomes}{decisions}</div>{tools}'
 
@@ -141,10 +93,10 @@ def _approvals(run: RunView) -> str:
     asked = [(cell, call) for cell in run.cells for call in cell.calls if cs.approval(call) is not None]
     if not asked:
         return ""
-    rows = [[_td(str(cell.number)), _td(_esc(call.get("seq"))), _td(_esc(call.get("tool"))),
-             _td(_esc(cs.LABELS[cs.outcome(call)]), "fail" if cs.is_failure(cs.outcome(call)) else ""),
-             _td(_approval_cell(call)),
-             _td(_esc(cs.format_time(approval.requested)) if (approval := cs.approval(call)) else "")]
+    rows = [[_td(str(cell.number)), _td(html_text(call.get("seq"))), _td(html_text(call.get("tool"))),
+             _td(html_text(cs.LABELS[cs.outcome(call)]), "fail" if cs.is_failure(cs.outcome(call)) else ""),
+             _td(approver_html(call)),
+             _td(html_text(cs.format_time(approval.requested)) if (approval := cs.approval(call)) else "")]
             for cell, call in asked[:MAX_ROWS]]
     table = _table(("cell", "#", "tool", "outcome", "approver", "asked"), rows)
     body = table if len(asked) <= OPEN_CALLS else \
@@ -153,14 +105,14 @@ def _approvals(run: RunView) -> str:
 
 
 def _cell_section(cell: CellView) -> str:
-    status = _esc(cell.status)
+    status = html_text(cell.status)
     count = len(cell.calls)
     head = (f'<p class="status">cell {cell.number}: <span class="badge {status}">{status}</span>'
-            f" · started {_esc(cs.format_time(cell.started))} · took {_esc(cs.format_duration(cell.seconds))}"
+            f" · started {html_text(cs.format_time(cell.started))} · took {html_text(cs.format_duration(cell.seconds))}"
             f" · {count} gated call{'' if count == 1 else 's'}"
-            + (f" · limits hit: {_esc(', '.join(cell.limits_hit))}" if cell.limits_hit else "") + "</p>")
+            + (f" · limits hit: {html_text(', '.join(cell.limits_hit))}" if cell.limits_hit else "") + "</p>")
     if cell.late_outputs:
-        texts = [cs.shorten(cs.text_of(o.get("text")), VALUE_CHARS) for o in cell.late_outputs[:20]
+        texts = [head_and_tail(cs.text_of(o.get("text")), VALUE_CHARS) for o in cell.late_outputs[:20]
                  if o.get("output_type") == "stream"]
         head += (f'<p class="late">late output: {len(cell.late_outputs)} output(s) printed after the cell ended by '
                  f"work it started</p>" + "".join(f"<pre>{html.escape(t)}</pre>" for t in texts))
@@ -172,7 +124,7 @@ def _cell_section(cell: CellView) -> str:
     shown = (f"<p>{len(failures)} failed call(s)" + (f", the first {OPEN_CALLS}:" if len(failures) > OPEN_CALLS else ":")
              + "</p>" + _calls_table(failures[:OPEN_CALLS], cell)) if failures else ""
     outcomes = ", ".join(f"{cs.LABELS[k]} {n}" for k, n in cs.by_outcome(cell.calls).items())
-    return (f"{head}<p>{_esc(outcomes)}</p>{shown}"
+    return (f"{head}<p>{html_text(outcomes)}</p>{shown}"
             f"<details><summary>all {count} calls of cell {cell.number}</summary>{_calls_table(cell.calls, cell)}"
             "</details>")
 
@@ -198,7 +150,7 @@ def _header(run: RunView, path: Path) -> str:
                         f"{late_calls} late call(s); {late_outputs} late output(s)"),
             ("journal", cs.as_dict(meta.get("journal")).get("file")),
             *([("trace", f"{run.trace_id} (OpenTelemetry)")] if run.trace_id else [])]
-    return '<table class="meta">' + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows) \
+    return '<table class="meta">' + "".join(f"<tr><td>{html_text(k)}</td><td>{html_text(v)}</td></tr>" for k, v in rows) \
         + "</table>"
 
 
@@ -231,10 +183,10 @@ def render(path: Path) -> str:
     calls = run.calls
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="referrer" content="no-referrer"><title>cellgate run {_esc(path.name)}</title>'
-            f"<style>{STYLE}{timeline.STYLE}{pygments_css}</style></head><body><h1>cellgate run: {_esc(path.name)}</h1>"
+            f'<meta name="referrer" content="no-referrer"><title>cellgate run {html_text(path.name)}</title>'
+            f"<style>{STYLE}{timeline.STYLE}{pygments_css}</style></head><body><h1>cellgate run: {html_text(path.name)}</h1>"
             f"{_header(run, path)}{_summary_tables(calls) if calls else ''}{_approvals(run)}"
-            f"{timeline.timeline(run, _esc)}<h2>Cells</h2>{body}</body></html>\n")
+            f"{timeline.timeline(run, html_text)}<h2>Cells</h2>{body}</body></html>\n")
 
 
 def write_report(path: Path, output: Path) -> Path:

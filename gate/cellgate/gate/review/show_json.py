@@ -31,16 +31,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cellgate.gate._terminal import head_and_tail, value_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.run_view import CellView
-from cellgate.gate.audit.show import CALLS_SHOWN, calls_listed, read, select_cell
+from cellgate.gate.review.run_view import CellView
+from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, read, select_cell
 
 FORMAT = "cellgate.show/1"
 USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _when(value: Any) -> str | None:
@@ -50,7 +47,7 @@ def _when(value: Any) -> str | None:
 
 
 def _string(value: Any, limit: int = 200) -> str | None:
-    return cs.shorten(value, limit) if isinstance(value, str) else None
+    return head_and_tail(value, limit) if isinstance(value, str) else None
 
 
 def call_json(call: dict[str, Any], cell_ended: Any) -> dict[str, Any]:
@@ -61,15 +58,15 @@ def call_json(call: dict[str, Any], cell_ended: Any) -> dict[str, Any]:
     return {
         "seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
         "tool": _string(call.get("tool"), 200) or "?", "started": _when(call.get("started")),
-        "duration_ms": cs.number(call.get("duration_ms")), "decision": cs.shorten(cs.decision(call), 60),
+        "duration_ms": cs.number(call.get("duration_ms")), "decision": head_and_tail(cs.decision(call), 60),
         "outcome": cs.outcome(call), "rule": _string(call.get("rule")),
-        "args": cs.value_text(call.get("args"), 600), "args_sha256": _string(call.get("args_sha256"), 64),
+        "args": value_text(call.get("args"), 600), "args_sha256": _string(call.get("args_sha256"), 64),
         "error": None if exception is None and cs.outcome(call) != "unknown" else {
-            "exception": exception, "kind": cs.shorten(cs.error_kind(call), 40),
-            "message": cs.shorten(cs.error_message(call), 1000)},
+            "exception": exception, "kind": head_and_tail(cs.error_kind(call), 40),
+            "message": head_and_tail(cs.error_message(call), 1000)},
         "approval": None if asked is None else {
-            "approver": cs.shorten(asked.approver, 200), "requested": _when(asked.requested),
-            "answered": _when(asked.answered), "waited_s": asked.waited, "reason": cs.shorten(asked.reason, 500)},
+            "approver": head_and_tail(asked.approver, 200), "requested": _when(asked.requested),
+            "answered": _when(asked.answered), "waited_s": asked.waited, "reason": head_and_tail(asked.reason, 500)},
         "late": cs.is_late(call, cell_ended),
         "claimed": {"line": claimed.get("line") if isinstance(claimed.get("line"), int) else None,
                     "source_line": _string(claimed.get("source_line"), 300),
@@ -80,10 +77,10 @@ def call_json(call: dict[str, Any], cell_ended: Any) -> dict[str, Any]:
 def _cell_json(cell: CellView, limit: int | None) -> dict[str, Any]:
     listed, left_out = calls_listed(cell, limit)
     return {
-        "cell": cell.number, "kind": cell.kind, "status": cs.shorten(cell.status, 40), "title": cs.shorten(cell.title, 200),
+        "cell": cell.number, "kind": cell.kind, "status": head_and_tail(cell.status, 40), "title": head_and_tail(cell.title, 200),
         "started": _when(cell.started), "ended": _when(cell.ended), "seconds": cell.seconds,
-        "limits_hit": [cs.shorten(x, 60) for x in cell.limits_hit[:20]],
-        "error": {"ename": cs.shorten(cell.error[0], 200), "evalue": cs.shorten(cell.error[1], 1000)}
+        "limits_hit": [head_and_tail(x, 60) for x in cell.limits_hit[:20]],
+        "error": {"ename": head_and_tail(cell.error[0], 200), "evalue": head_and_tail(cell.error[1], 1000)}
         if cell.error else None,
         "late_outputs": len(cell.late_outputs), "late_calls": len(cell.late_calls),
         "calls_total": len(cell.calls), "calls_left_out": left_out,
@@ -99,7 +96,7 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
     agent = cs.as_dict(run.meta.get("agent"))
     all_calls = run.calls
     return {
-        "format": FORMAT, "notebook": cs.shorten(path.name, 300),
+        "format": FORMAT, "notebook": head_and_tail(path.name, 300),
         "session": {"id": _string(run.meta.get("session_id"), 100), "principal": _string(run.principal, 300),
                     "sandbox": {k: _string(sandbox.get(k), 100) for k in ("runtime", "runsc_version", "platform")},
                     "replay_of": _string(cs.as_dict(run.meta.get("replay_of")).get("notebook"), 500),
@@ -108,13 +105,13 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
         "totals": {
             "cells": len(run.cells), "not_ok": sum(c.status != "ok" for c in run.cells), "calls": len(all_calls),
             "by_outcome": cs.by_outcome(all_calls),
-            "by_decision": {cs.shorten(k, 60): v for k, v in cs.by_decision(all_calls).items()},
-            "by_tool": [{"tool": cs.shorten(t.tool, 200), "calls": t.calls, "failed": t.failed,
+            "by_decision": {head_and_tail(k, 60): v for k, v in cs.by_decision(all_calls).items()},
+            "by_tool": [{"tool": head_and_tail(t.tool, 200), "calls": t.calls, "failed": t.failed,
                          "outcomes": {k: t.outcomes[k] for k in cs.OUTCOMES if t.outcomes[k]},
                          "total_ms": round(t.total_ms, 3), "max_ms": round(t.max_ms, 3)}
                         for t in cs.by_tool(all_calls)]},
-        "restarts": [{"after_cell": r.after, "reason": cs.shorten(r.reason, 60),
-                      "variables_gone": None if r.variables_gone is None else [cs.shorten(v, 100) for v in
+        "restarts": [{"after_cell": r.after, "reason": head_and_tail(r.reason, 60),
+                      "variables_gone": None if r.variables_gone is None else [head_and_tail(v, 100) for v in
                                                                                 r.variables_gone[:200]]}
                      for r in run.restarts],
         "cells": [_cell_json(c, calls) for c in ([chosen] if chosen is not None else run.cells)],
@@ -122,7 +119,7 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
             "model": _string(agent.get("model")), "mode": _string(agent.get("mode")),
             "turns": len(cs.as_list(agent.get("turns"))),
             "ended": _string(cs.as_dict(agent.get("ended")).get("reason")),
-            "usage": {k: _count(cs.as_dict(agent.get("usage")).get(k)) for k in USAGE}},
+            "usage": {k: cs.count(cs.as_dict(agent.get("usage")).get(k)) for k in USAGE}},
     }
 
 
