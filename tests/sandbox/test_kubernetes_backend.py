@@ -442,7 +442,7 @@ def test_the_backend_asks_only_what_the_deployed_role_grants_and_never_reads_a_s
     gate's own namespace's for the gate pod it looks up. An orphan's Secret is deleted by name, never listed."""
     gone = {"name": "cellgate-gate-5f7d9-gone", "uid": "0f0f0f0f-0000-4000-8000-00000000dead",
             "namespace": "cellgate-gate-ns"}
-    monkeypatch.setattr(kubernetes_backend, "gate_owner", lambda: {"host": "another-node", "pid": 1, "start": "1",
+    monkeypatch.setattr(kubernetes_backend, "gate_owner", lambda: {"host": "another-node", "pid": 1, "start_time": "1",
                                                                    "pod": gone})
     orphan = backend.start(request())
     monkeypatch.undo()

@@ -62,8 +62,10 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     )
     from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
     from cellgate.gate.sandbox.backend import kernel_environment as sandbox_kernel_environment
-    from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
     from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE as KERNEL_LAUNCHER_MODULE
+    from cellgate.gate.sandbox.liveness import owner_alive as sandbox_owner_alive
+    from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
+    from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
     from cellgate.gate.sandbox.oci import Limits as SandboxLimits
     from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
@@ -122,7 +124,9 @@ _FACE = {
     "pending_approval": "cellgate.gate.calls.approval_queue:pending_request",
     "pending_approvals": "cellgate.gate.calls.approval_queue:pending_requests",
     "reveal_for_terminal": "cellgate.gate._terminal:reveal",
-    "sandbox_owner_alive": "cellgate.gate.sandbox.container:owner_alive",
+    "sandbox_owner_alive": "cellgate.gate.sandbox.liveness:owner_alive",
+    "sandbox_owner_record": "cellgate.gate.sandbox.liveness:this_process",
+    "sandbox_owner_state": "cellgate.gate.sandbox.liveness:owner_state",
     "sandbox_endpoint": "cellgate.gate.sandbox.backend:endpoint",
     "sandbox_kernel_environment": "cellgate.gate.sandbox.backend:kernel_environment",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
@@ -142,7 +146,8 @@ __all__ = [
     "SourceUnavailable", "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval",
     "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources",
     "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
-    "sandbox_kernel_environment", "sandbox_owner_alive", "stub_signature", "tool_from_function", "trim",
+    "sandbox_kernel_environment", "sandbox_owner_alive", "sandbox_owner_record", "sandbox_owner_state",
+    "stub_signature", "tool_from_function", "trim",
     "verify_run", "waiting_notices",
     "KERNEL_LAUNCHER_MODULE", "KernelLaunchState", "UntrustedLaunchState", "kernel_recording",  # live kernels' records
 ]

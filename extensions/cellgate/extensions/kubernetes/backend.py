@@ -33,9 +33,7 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
@@ -56,10 +54,12 @@ from cellgate.gate import (
     SandboxRequest,
     SandboxStatus,
     SandboxUnavailable,
+    sandbox_owner_record,
+    sandbox_owner_state,
 )
 
 T = TypeVar("T")
-OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the gate process that made the object
+OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: the owner record of the gate process that made the object (+ "pod")
 LISTED: tuple[type[Any], ...] = (Pod, ConfigMap, NetworkPolicy)  # what reap lists: never a Secret
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
 REASON_LIMIT = 600  # characters of the cluster's own words kept in an error or a status
@@ -76,15 +76,6 @@ LIMITS_ENFORCED = {
 DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it
 
 
-def process_start(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (``/proc/PID/stat``), None if there is no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()[19]
-
-
 def gate_pod() -> dict[str, str] | None:
     """The gate's own pod (the downward API's environment), or None outside a cluster."""
     found = {key: os.environ.get(f"CELLGATE_POD_{key.upper()}", "") for key in ("name", "uid", "namespace")}
@@ -92,7 +83,7 @@ def gate_pod() -> dict[str, str] | None:
 
 
 def gate_owner() -> dict[str, Any]:
-    owner: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    owner = sandbox_owner_record()  # host, pid, start time: the core's one owner record (``liveness``)
     pod = gate_pod()
     if pod is not None:
         owner["pod"] = pod
@@ -101,9 +92,7 @@ def gate_owner() -> dict[str, Any]:
 
 def owner_gone(owner: dict[str, Any]) -> bool:
     """Whether the gate process an object names is gone (only a process of this host can be told)."""
-    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-        return False
-    return process_start(owner["pid"]) != owner.get("start")
+    return sandbox_owner_state(owner) == "gone"
 
 
 async def pod_gone(client: AsyncClient, owner: dict[str, Any]) -> bool:
