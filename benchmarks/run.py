@@ -31,8 +31,8 @@ from cellgate.gate import Pool, Session
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit.journal import GENESIS, Journal
 from cellgate.gate.audit.recorder import Recorder
-from cellgate.gate.sandbox.runsc import find as find_runsc
-from cellgate.gate.sandbox.snapshot import discard
+from cellgate.gate.sandbox.local.runsc import find as find_runsc
+from cellgate.gate.sandbox.local.snapshot import discard
 
 ROOT = Path(__file__).resolve().parent.parent
 NORTHWIND = ROOT / "examples" / "northwind"

@@ -30,7 +30,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
+from cellgate.gate.sandbox.local.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent

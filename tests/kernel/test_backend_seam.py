@@ -27,7 +27,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from cellgate.gate import CURVE_SERVER_KEY, SandboxBackend, SandboxError, SandboxHandle, SandboxRequest, SandboxStatus
 from cellgate.gate.sandbox.backend import BACKENDS_GROUP, CHANNELS, endpoint
-from cellgate.gate.sandbox.container import kernel_python_path
+from cellgate.gate.sandbox.local.container import kernel_python_path
 from cellgate.kernel import wire
 
 

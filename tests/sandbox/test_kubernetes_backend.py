@@ -35,8 +35,8 @@ from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
 from cellgate.gate import SandboxError, SandboxRequest, SandboxUnavailable, load_settings
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.local.container import SandboxConfig
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.root_only  # network namespaces, veth pairs and nftables

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import ROOT, SAMPLE_TOOLS
 
-from cellgate.gate.sandbox.container import run_root
+from cellgate.gate.sandbox.local.container import run_root
 
 
 def processes_of(sandbox_id: str) -> list[str]:

@@ -20,7 +20,7 @@ import pytest
 from conftest import cellgate
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox import cgroups, enforcement, mounts, oci, userns
+from cellgate.gate.sandbox.local import cgroups, enforcement, mounts, oci, userns
 
 ROOTLESS = os.geteuid() != 0
 DELEGATED = enforcement.delegated(None)  # an ordinary user's delegated cgroup ($CELLGATE_CGROUP_PARENT, CI's user leg)
@@ -247,7 +247,7 @@ def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_wit
 def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_path: Path) -> None:
     if DELEGATED is None:
         pytest.skip("no cgroup is delegated to this user (CI's user leg has one: scripts/test-as-user)")
-    from cellgate.gate.sandbox import leftovers
+    from cellgate.gate.sandbox.local import leftovers
 
     root = tmp_path / "run"
     root.mkdir(mode=0o700)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cellgate.gate.sandbox import snapshot
-from cellgate.gate.sandbox.container import run_root
+from cellgate.gate.sandbox.local import snapshot
+from cellgate.gate.sandbox.local.container import run_root
 
 TOOLS = ROOT / "tests" / "tools"
 

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from conftest import cellgate as run_cellgate
 
-from cellgate.gate.sandbox import mounts
+from cellgate.gate.sandbox.local import mounts
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
 pytestmark = pytest.mark.xdist_group("cpu")

@@ -21,8 +21,8 @@ from lightkube.resources.core_v1 import Pod
 from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, gate_owner, pod_gone
 from cellgate.gate import SandboxRequest, load_settings
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.local.container import SandboxConfig
 
 GATE = {"name": "cellgate-gate-5f7d9-abcde", "uid": "4b2d7c1e-0000-4000-8000-000000000001", "namespace": "cellgate"}
 

@@ -11,7 +11,7 @@ from cellgate.gate import SandboxBackend, sandbox_endpoint
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.config import SandboxSettings, Settings, load_settings
 from cellgate.gate.sandbox.backend import BACKENDS_GROUP, SandboxRequest, installed_backends, load_backend
-from cellgate.gate.sandbox.local_backend import LocalBackend
+from cellgate.gate.sandbox.local.local_backend import LocalBackend
 from cellgate.gate.session.launch import LaunchOptions, sandbox_config, settings_for
 
 
@@ -38,7 +38,7 @@ def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str
 
 def test_the_backend_is_local_unless_configured() -> None:
     assert Settings().sandbox.backend == "local"
-    assert installed_backends()["local"] == "cellgate.gate.sandbox.local_backend:LocalBackend"
+    assert installed_backends()["local"] == "cellgate.gate.sandbox.local.local_backend:LocalBackend"
     assert load_backend("local") is LocalBackend
 
 

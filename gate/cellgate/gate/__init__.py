@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.sandbox.liveness import owner_alive as sandbox_owner_alive
     from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
     from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
-    from cellgate.gate.sandbox.oci import Limits as SandboxLimits
+    from cellgate.gate.sandbox.local.oci import Limits as SandboxLimits
     from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
     from cellgate.gate.session.launcher_state import recording as kernel_recording
@@ -98,7 +98,7 @@ _FACE = {
     "SandboxBackend": "cellgate.gate.sandbox.backend",
     "SandboxError": "cellgate.gate._errors",
     "SandboxHandle": "cellgate.gate.sandbox.backend",
-    "SandboxLimits": "cellgate.gate.sandbox.oci:Limits",
+    "SandboxLimits": "cellgate.gate.sandbox.local.oci:Limits",
     "SandboxRequest": "cellgate.gate.sandbox.backend",
     "SandboxStatus": "cellgate.gate.sandbox.backend",
     "SandboxUnavailable": "cellgate.gate._errors",

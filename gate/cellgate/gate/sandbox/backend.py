@@ -42,9 +42,9 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import CHANNELS, SandboxConfig
 from cellgate.gate.sandbox.cpuclock import CpuSource
+from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.local.container import CHANNELS, SandboxConfig
 from cellgate.kernel import wire
 
 BACKENDS_GROUP = "cellgate.sandbox_backends"
@@ -273,7 +273,7 @@ def load_backend(name: str) -> type[SandboxBackend]:
     session start), and no installed package can replace it.
     """
     if name == DEFAULT_BACKEND:
-        from cellgate.gate.sandbox.local_backend import LocalBackend
+        from cellgate.gate.sandbox.local.local_backend import LocalBackend
 
         return LocalBackend
     found = [entry for entry in entry_points(group=BACKENDS_GROUP) if entry.name == name]

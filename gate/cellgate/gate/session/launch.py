@@ -30,9 +30,9 @@ from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
 from cellgate.gate.config import CONFIG_NAME, SandboxSettings, Settings, find_config, load_settings
-from cellgate.gate.sandbox import enforcement, oci
-from cellgate.gate.sandbox.container import SandboxConfig
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.local import enforcement, oci
+from cellgate.gate.sandbox.local.container import SandboxConfig
+from cellgate.gate.sandbox.local.runsc import Runsc
 
 # An approver: an entry-point name ("deny", "allow", "prompt", "queue"), an instance, or a
 # callable(request) -> bool | ApprovalAnswer (sync or async).

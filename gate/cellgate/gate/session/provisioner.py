@@ -34,8 +34,8 @@ from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest, load_backend
-from cellgate.gate.sandbox.container import Sandbox, SandboxConfig
-from cellgate.gate.sandbox.local_backend import LocalBackend, LocalHandle
+from cellgate.gate.sandbox.local.container import Sandbox, SandboxConfig
+from cellgate.gate.sandbox.local.local_backend import LocalBackend, LocalHandle
 from cellgate.gate.session.bounds import HostBounds
 from cellgate.gate.session.launch import (
     LaunchOptions,

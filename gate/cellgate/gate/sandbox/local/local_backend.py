@@ -20,7 +20,6 @@ from typing import Any
 from typing_extensions import override
 
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import leftovers
 from cellgate.gate.sandbox.backend import (
     BackendSettings,
     MemoryWatch,
@@ -29,12 +28,13 @@ from cellgate.gate.sandbox.backend import (
     SandboxRequest,
     SandboxStatus,
 )
-from cellgate.gate.sandbox.container import Sandbox, run_root
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.sandbox.oci import OUTPUT_LOG
-from cellgate.gate.sandbox.oom import OomWatch
-from cellgate.gate.sandbox.runsc import Runsc
-from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.sandbox.local import leftovers
+from cellgate.gate.sandbox.local.container import Sandbox, run_root
+from cellgate.gate.sandbox.local.oci import OUTPUT_LOG
+from cellgate.gate.sandbox.local.oom import OomWatch
+from cellgate.gate.sandbox.local.runsc import Runsc
+from cellgate.gate.sandbox.local.runsc import find as find_runsc
 
 
 class LocalHandle(SandboxHandle):

@@ -17,7 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from cellgate.gate.sandbox import cgroups, liveness, mounts
+from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.local import cgroups, mounts
 from cellgate.gate.sandbox.runtime_dir import check_private
 
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"

@@ -28,9 +28,10 @@ from typing import Any, Literal
 
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import cgroups, enforcement, leftovers, liveness, mounts, oci, snapshot
-from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
+from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
+from cellgate.gate.sandbox.local.runsc import Runsc
 from cellgate.gate.sandbox.runtime_dir import private_dir
 from cellgate.gate.sandbox.runtime_dir import run_root as run_root  # where callers have always found it
 from cellgate.kernel import wire
