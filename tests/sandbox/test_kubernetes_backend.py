@@ -34,9 +34,7 @@ from mcp import Client
 from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
-from cellgate.gate import SandboxError, SandboxRequest, SandboxUnavailable, load_settings
-from cellgate.gate.sandbox.local import oci
-from cellgate.gate.sandbox.local.container import SandboxConfig
+from cellgate.gate import SandboxError, SandboxLimits, SandboxRequest, SandboxUnavailable, load_settings
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.root_only  # network namespaces, veth pairs and nftables
@@ -56,9 +54,8 @@ def backend_for(cluster: FakeCluster, folder: Path, **kubernetes: Any) -> Kubern
 
 
 def request(memory_mb: int = 512, start_timeout: float = 60.0) -> SandboxRequest:
-    config = SandboxConfig(isolation="gvisor", runsc=None, limits=oci.Limits(memory_bytes=memory_mb << 20),
-                           reply_wait=60.0, start_timeout=start_timeout)
-    return SandboxRequest(config=config, tools_files=TOOLS, key=os.urandom(32).hex(), session_id="test")
+    return SandboxRequest(SandboxLimits(memory_bytes=memory_mb << 20), TOOLS, os.urandom(32).hex(), "test",
+                          reply_wait=60.0, start_timeout=start_timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,11 @@ import pytest
 from cellgate.gate import SandboxBackend, sandbox_endpoint
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.config import SandboxSettings, Settings, load_settings
-from cellgate.gate.sandbox.backend import BACKENDS_GROUP, SandboxRequest, installed_backends, load_backend
+from cellgate.gate.sandbox.backend import SandboxRequest
+from cellgate.gate.sandbox.backends import BACKENDS_GROUP, installed_backends, load_backend
+from cellgate.gate.sandbox.environment import request_environment
 from cellgate.gate.sandbox.local.local_backend import LocalBackend
-from cellgate.gate.session.launch import LaunchOptions, sandbox_config, settings_for
+from cellgate.gate.session.launch import LaunchOptions, settings_for
 
 
 def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str]) -> None:
@@ -39,7 +41,14 @@ def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str
 def test_the_backend_is_local_unless_configured() -> None:
     assert Settings().sandbox.backend == "local"
     assert installed_backends()["local"] == "cellgate.gate.sandbox.local.local_backend:LocalBackend"
-    assert load_backend("local") is LocalBackend
+    assert load_backend("local") is LocalBackend  # found through its entry point, like any other
+
+
+def test_a_package_that_registers_local_again_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install(tmp_path / "site", monkeypatch, {"local": "scratch_backend:Scratch"})
+    with pytest.raises(ConfigError, match=r"'local' is registered more than once .*scratch_backend:Scratch.*"
+                                          r"uninstall all but one"):
+        load_backend("local")
 
 
 def test_an_unknown_backend_names_the_value_and_the_installed_ones(tmp_path: Path) -> None:
@@ -81,8 +90,8 @@ def test_endpoints_from_connection_info() -> None:
 
 def test_a_request_gives_a_remote_kernel_the_local_environment() -> None:
     box = SandboxSettings(memory_mb=512, restricted=True, allowed_imports=["numpy"])
-    request = SandboxRequest(sandbox_config(box, None), {}, "k" * 64, "s" * 32)
-    env = request.kernel_environment(["/opt/kernel"])
+    request = SandboxRequest.from_settings(box, {}, "k" * 64, "s" * 32)
+    env = request_environment(request, ["/opt/kernel"])
     assert env["PYTHONPATH"] == "/opt/cellgate/tools:/opt/kernel"
     assert "k" * 64 not in env.values()  # the key travels in the connection file only
     assert env["CELLGATE_RESTRICTED"] == '["numpy"]'

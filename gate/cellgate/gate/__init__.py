@@ -57,16 +57,16 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
         MemoryWatch,
         SandboxBackend,
         SandboxHandle,
+        SandboxLimits,
         SandboxRequest,
         SandboxStatus,
     )
     from cellgate.gate.sandbox.backend import endpoint as sandbox_endpoint
-    from cellgate.gate.sandbox.backend import kernel_environment as sandbox_kernel_environment
+    from cellgate.gate.sandbox.environment import kernel_environment as sandbox_kernel_environment
     from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE as KERNEL_LAUNCHER_MODULE
     from cellgate.gate.sandbox.liveness import owner_alive as sandbox_owner_alive
     from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
     from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
-    from cellgate.gate.sandbox.local.oci import Limits as SandboxLimits
     from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
     from cellgate.gate.session.launcher_state import recording as kernel_recording
@@ -98,7 +98,7 @@ _FACE = {
     "SandboxBackend": "cellgate.gate.sandbox.backend",
     "SandboxError": "cellgate.gate._errors",
     "SandboxHandle": "cellgate.gate.sandbox.backend",
-    "SandboxLimits": "cellgate.gate.sandbox.local.oci:Limits",
+    "SandboxLimits": "cellgate.gate.sandbox.backend",
     "SandboxRequest": "cellgate.gate.sandbox.backend",
     "SandboxStatus": "cellgate.gate.sandbox.backend",
     "SandboxUnavailable": "cellgate.gate._errors",
@@ -128,7 +128,7 @@ _FACE = {
     "sandbox_owner_record": "cellgate.gate.sandbox.liveness:this_process",
     "sandbox_owner_state": "cellgate.gate.sandbox.liveness:owner_state",
     "sandbox_endpoint": "cellgate.gate.sandbox.backend:endpoint",
-    "sandbox_kernel_environment": "cellgate.gate.sandbox.backend:kernel_environment",
+    "sandbox_kernel_environment": "cellgate.gate.sandbox.environment:kernel_environment",
     "stub_signature": "cellgate.gate.calls.stubgen:signature",
     "tool_from_function": "cellgate.gate.calls.registry",
     "trim": "cellgate.gate.calls.redaction",

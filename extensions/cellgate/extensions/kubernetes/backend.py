@@ -172,12 +172,12 @@ class KubernetesBackend(SandboxBackend):
         owner = manifests.Owner(name=pod["name"], uid=pod["uid"]) if pod and pod["namespace"] == config.namespace \
             else None
         return manifests.KernelSession(
-            session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=config.image,
+            session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=request.image or config.image,
             runtime_class=config.runtime_class,
             gate=manifests.GatePeer(pod_labels=config.gate_pod_labels, namespace=config.gate_namespace),
-            memory_mb=request.config.limits.memory_bytes >> 20, cpus=config.cpus, tmp_mb=box.tmp_mb,
+            memory_mb=request.limits.memory_bytes >> 20, cpus=config.cpus, tmp_mb=box.tmp_mb,
             workspace_mb=box.workspace_mb, deadline_seconds=config.deadline_seconds,
-            reply_wait=request.config.reply_wait, restricted=request.config.restricted, owner=owner,
+            reply_wait=request.reply_wait, restricted=request.restricted, owner=owner,
             labels=dict(request.labels))
 
     @override
@@ -193,7 +193,7 @@ class KubernetesBackend(SandboxBackend):
             if obj["kind"] == "Pod":  # Ready once the kernel bound its last socket (the heartbeat's)
                 obj["spec"]["containers"][0]["readinessProbe"] = READINESS_PROBE
         try:
-            self._run(lambda client: self._start(client, handle, objects, request.config.start_timeout))
+            self._run(lambda client: self._start(client, handle, objects, request.start_timeout))
         except BaseException:
             with contextlib.suppress(Exception):  # what failed is the error to tell, not its cleanup
                 self.delete(handle)

@@ -62,10 +62,10 @@ def reap_leftovers(root: Path) -> list[str]:
         if owner.get("runsc"):
             delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)
         else:
-            kernel = {"pid": owner.get("kernel_pid"), "start_time": owner.get("kernel_start_time")}
-            if liveness.owner_alive(kernel):
+            pid = owner.get("kernel_pid")
+            if isinstance(pid, int) and liveness.owner_alive({"pid": pid, "start_time": owner.get("kernel_start_time")}):
                 try:
-                    os.kill(kernel["pid"], 9)
+                    os.kill(pid, 9)
                 except OSError:
                     pass
         named = owner.get("cgroups")  # without root: the sandbox's delegated cgroups (only ever its own, by name)
