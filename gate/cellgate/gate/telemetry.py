@@ -1,7 +1,8 @@
 """What a session tells an observer (traces, metrics), and how the observer is found.
 
 The core imports no observability library. The recorder and the dispatcher
-tell a ``Telemetry`` what happens (cells start and end, calls start and end,
+tell a ``Telemetry`` what happens (cells start and end, calls start and end:
+the dispatcher through ``calls.observer``, so the calls room never imports this,
 sandboxes start, the session ends); the default one does nothing, so a
 session without an observer pays one method call per event.
 
