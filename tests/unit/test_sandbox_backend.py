@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -106,3 +107,19 @@ def test_doctor_clean_reaps_the_backend_it_is_given(tmp_path: Path, monkeypatch:
     assert _reap("scratch") == ["reaped-by-scratch"]
     with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
         _reap("nope")
+
+
+def test_the_request_is_neutral_and_the_local_backend_adds_its_own_keys(tmp_path: Path) -> None:
+    from cellgate.gate.sandbox.local import enforcement
+
+    settings = Settings(sandbox=SandboxSettings(isolation="none", workspace=str(tmp_path), memory_mb=640,
+                                                require_hard_limits=True, start_timeout=12.0))
+    request = SandboxRequest.from_settings(settings.sandbox, {"x.py": ""}, "k" * 64, "s" * 32)
+    assert not hasattr(request, "config") and request.limits.memory_bytes == 640 << 20
+    assert request.start_timeout == 12.0 and request.restricted is None and request.image is None
+    backend = LocalBackend(settings)
+    config = backend.launch_config(request)
+    assert config.limits is request.limits and config.start_timeout == 12.0
+    assert (config.isolation, config.runsc, config.workspace, config.snapshot, config.require_hard_limits) == \
+        ("none", None, str(tmp_path), False, True)  # no snapshot without gVisor
+    assert backend.runtime()["limits_enforced"] == enforcement.report(os.geteuid() != 0, "none", None)
