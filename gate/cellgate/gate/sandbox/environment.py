@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from cellgate.gate.sandbox.backend import SandboxLimits, SandboxRequest
+from cellgate.gate.sandbox.limits import SandboxLimits
 from cellgate.kernel import wire
+
+if TYPE_CHECKING:  # the request is only read here: at run time this module imports no pydantic (``limits``)
+    from cellgate.gate.sandbox.backend import SandboxRequest
+
+CHANNELS: Final = ("shell", "iopub", "stdin", "control", "hb")  # the Jupyter channels a kernel serves
 
 # Paths inside the sandbox, whatever runs it (a pod mounts the same).
 IPC_DIR: Final = "/run/cellgate/ipc"
@@ -103,5 +108,5 @@ def request_environment(request: SandboxRequest, python_path: Sequence[str] = ()
     return kernel_environment(request.limits, request.reply_wait, request.restricted, python_path, host_files)
 
 
-__all__ = ["CONNECTION_FILE", "ENV_ALLOWLIST", "IPC_DIR", "OUTPUT_LOG", "SNAPSHOT_READY", "TOOLS_DIR", "WORKSPACE",
+__all__ = ["CHANNELS", "CONNECTION_FILE", "ENV_ALLOWLIST", "IPC_DIR", "OUTPUT_LOG", "SNAPSHOT_READY", "TOOLS_DIR", "WORKSPACE",
            "kernel_environment", "request_environment"]

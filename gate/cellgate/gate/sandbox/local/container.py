@@ -29,6 +29,7 @@ from typing import Any, Literal
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.environment import CHANNELS
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
 from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
 from cellgate.gate.sandbox.local.runsc import Runsc
@@ -37,7 +38,6 @@ from cellgate.gate.sandbox.runtime_dir import run_root as run_root  # where call
 from cellgate.kernel import wire
 
 Isolation = Literal["gvisor", "none"]
-CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 
 
 def kernel_python_path() -> str:

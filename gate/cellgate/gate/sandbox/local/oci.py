@@ -12,7 +12,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cellgate.gate.sandbox.backend import SandboxLimits
 from cellgate.gate.sandbox.environment import CONNECTION_FILE as CONNECTION_FILE
 from cellgate.gate.sandbox.environment import ENV_ALLOWLIST as ENV_ALLOWLIST
 from cellgate.gate.sandbox.environment import IPC_DIR as IPC_DIR
@@ -21,6 +20,7 @@ from cellgate.gate.sandbox.environment import SNAPSHOT_READY as SNAPSHOT_READY
 from cellgate.gate.sandbox.environment import TOOLS_DIR as TOOLS_DIR
 from cellgate.gate.sandbox.environment import WORKSPACE as WORKSPACE
 from cellgate.gate.sandbox.environment import kernel_environment
+from cellgate.gate.sandbox.limits import SandboxLimits
 
 SANDBOX_UID: Final = 1000
 SANDBOX_GID: Final = 1000
