@@ -31,8 +31,8 @@ from cellgate.gate import Pool, Session
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit.journal import GENESIS, Journal
 from cellgate.gate.audit.recorder import Recorder
-from cellgate.gate.sandbox.runsc import find as find_runsc
-from cellgate.gate.sandbox.snapshot import discard
+from cellgate.gate.sandbox.local.runsc import find as find_runsc
+from cellgate.gate.sandbox.local.snapshot import discard
 
 ROOT = Path(__file__).resolve().parent.parent
 NORTHWIND = ROOT / "examples" / "northwind"
@@ -103,7 +103,7 @@ async def starts_side_by_side(folder: Path, rounds: int) -> dict[str, list[float
                               ("first", {"memory_mb": 1100 + attempt})):  # a configuration with no image yet
             session = Session(notebook=folder / f"start-{kind}-{attempt}.ipynb", cwd=folder, **options)
             out[kind].append(await timed_start(session))
-            image = session.provisioner.sandbox.image
+            image = session.provisioner.handle.sandbox.image  # a LocalHandle: the local backend
             await session.shutdown()
             if kind == "first" and image is not None:
                 discard(image.parent, image.name)
@@ -164,7 +164,7 @@ async def calls_and_memory(folder: Path, calls: int) -> dict[str, list[float]]:
         result = await session.execute(SEQUENTIAL_CALLS.format(calls=calls))
         out["call_unsandboxed"] = [float(x) for x in result.stdout.split()]
     async with Session(tools=[tools], notebook=folder / "calls.ipynb", cwd=folder) as session:
-        out["rss"].append(sandbox_rss_mb(session.provisioner.sandbox.id))
+        out["rss"].append(sandbox_rss_mb(session.provisioner.handle.id))
         result = await session.execute(SEQUENTIAL_CALLS.format(calls=calls))
         out["call"] = [float(x) for x in result.stdout.split()]
         for _ in range(3):

@@ -35,7 +35,7 @@ from cellgate.extensions.anthropic import AgentLoop
 from cellgate.extensions.anthropic.config import AgentSettings
 from cellgate.extensions.anthropic.testing import FakeMessagesAPI, estimate_tokens, reply, text, tool_use
 from cellgate.gate import Session
-from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.sandbox.local.runsc import find as find_runsc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run import machine  # noqa: E402 - the sibling benchmark's machine description

@@ -30,7 +30,9 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import find
+from cellgate.gate.sandbox.local.container import Sandbox
+from cellgate.gate.sandbox.local.local_backend import LocalHandle
+from cellgate.gate.sandbox.local.runsc import find
 from cellgate.gate.testing import BlockingSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +53,14 @@ def cellgate(*args: str, env: dict[str, str] | None = None, cwd: Path | None = N
     """Run ``cellgate ARGS`` to completion; ``env`` adds to this process's environment."""
     return subprocess.run([*CELLGATE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           cwd=cwd, input=stdin, timeout=timeout, **kwargs)
+
+
+def local_sandbox(session: Any) -> Sandbox:
+    """The running kernel's local ``Sandbox`` (its run folder, cgroups, ipc folder) of a ``Session``, for tests
+    that look below the seam; the gate itself only holds the backend's handle."""
+    handle = session.provisioner.handle
+    assert isinstance(handle, LocalHandle), f"not a local sandbox: {handle!r}"
+    return handle.sandbox
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from cellgate.gate import SandboxError
 from cellgate.gate.ext import CURVE_SERVER_KEY, SandboxBackend, SandboxHandle, SandboxRequest, SandboxStatus
-from cellgate.gate.sandbox.backend import BACKENDS_GROUP, CHANNELS, endpoint
-from cellgate.gate.sandbox.container import kernel_python_path
+from cellgate.gate.sandbox.backend import CHANNELS, endpoint
+from cellgate.gate.sandbox.backends import BACKENDS_GROUP
+from cellgate.gate.sandbox.environment import request_environment
+from cellgate.gate.sandbox.local.container import kernel_python_path
+from cellgate.gate.sandbox.local.local_backend import LocalHandle
 from cellgate.kernel import wire
 
 
@@ -72,7 +75,7 @@ class TcpCurve(SandboxBackend):
                 "key": request.key, "signature_scheme": "hmac-sha256", "kernel_name": "cellgate",
                 CURVE_SERVER_KEY: public.decode()}
         (folder / "kernel.json").write_text(json.dumps({**info, "curve_secretkey": secret.decode()}))
-        env = request.kernel_environment([kernel_python_path()])
+        env = request_environment(request, [kernel_python_path()])
         env["PYTHONPATH"] = os.pathsep.join([str(folder / "tools"), kernel_python_path()])
         for name in ("HOME", "TMPDIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME"):
             env[name] = str(folder)
@@ -83,7 +86,7 @@ class TcpCurve(SandboxBackend):
             env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
         handle = TcpCurveHandle(self, request, folder, info, kernel)
         try:
-            kernel_info(info, request.config.start_timeout)
+            kernel_info(info, request.start_timeout)
         except BaseException:
             self.delete(handle)
             raise
@@ -145,7 +148,7 @@ def test_cells_and_gated_calls_run_over_tcp_with_curve(remote: Any) -> None:
     result = remote.execute("print(tools.add(2, b=40))")
     assert result.ok and result.stdout == "42\n" and [c.tool for c in result.calls] == ["add"]
     provisioner = remote.session.provisioner
-    assert provisioner.sandbox is None and provisioner.handle.process is None  # no local sandbox, no process
+    assert not isinstance(provisioner.handle, LocalHandle) and provisioner.handle.process is None  # no process
     attached = [r for r in journal(remote) if r.get("event") == "kernel-attached"]
     assert attached[-1]["sandbox"] == {"backend": "tcp-curve", "id": provisioner.handle.id, "transport": "tcp",
                                        "encryption": "curve"}

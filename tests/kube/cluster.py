@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.local.runsc import Runsc
 
 from .apiserver import FakeApiServer
 from .kubelet import TestKubelet

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import python_dirs
-from cellgate.gate.sandbox.leftovers import delete_sandbox
-from cellgate.gate.sandbox.oom import OomWatch
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.local.container import python_dirs
+from cellgate.gate.sandbox.local.leftovers import delete_sandbox
+from cellgate.gate.sandbox.local.oom import OomWatch
+from cellgate.gate.sandbox.local.runsc import Runsc
 
 from .apiserver import Store, labels_match, merge_patch, now
 from .network import PodNetwork
@@ -249,7 +249,7 @@ class TestKubelet:
 
     @staticmethod
     def _unmount_and_remove(root: Path) -> None:
-        from cellgate.gate.sandbox import mounts
+        from cellgate.gate.sandbox.local import mounts
         mounts.unmount_under(root)
         shutil.rmtree(root, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import cellgate
 
-from cellgate.gate.sandbox.container import reap_leftovers
+from cellgate.gate.sandbox.local.container import reap_leftovers
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor

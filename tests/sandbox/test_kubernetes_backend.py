@@ -35,9 +35,7 @@ from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
 from cellgate.gate import SandboxError, SandboxUnavailable, load_settings
-from cellgate.gate.ext import SandboxRequest
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.ext import SandboxLimits, SandboxRequest
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.root_only  # network namespaces, veth pairs and nftables
@@ -57,9 +55,8 @@ def backend_for(cluster: FakeCluster, folder: Path, **kubernetes: Any) -> Kubern
 
 
 def request(memory_mb: int = 512, start_timeout: float = 60.0) -> SandboxRequest:
-    config = SandboxConfig(isolation="gvisor", runsc=None, limits=oci.Limits(memory_bytes=memory_mb << 20),
-                           reply_wait=60.0, start_timeout=start_timeout)
-    return SandboxRequest(config=config, tools_files=TOOLS, key=os.urandom(32).hex(), session_id="test")
+    return SandboxRequest(SandboxLimits(memory_bytes=memory_mb << 20), TOOLS, os.urandom(32).hex(), "test",
+                          reply_wait=60.0, start_timeout=start_timeout)
 
 
 @pytest.fixture(scope="module")
@@ -443,7 +440,7 @@ def test_the_backend_asks_only_what_the_deployed_role_grants_and_never_reads_a_s
     gate's own namespace's for the gate pod it looks up. An orphan's Secret is deleted by name, never listed."""
     gone = {"name": "cellgate-gate-5f7d9-gone", "uid": "0f0f0f0f-0000-4000-8000-00000000dead",
             "namespace": "cellgate-gate-ns"}
-    monkeypatch.setattr(kubernetes_backend, "gate_owner", lambda: {"host": "another-node", "pid": 1, "start": "1",
+    monkeypatch.setattr(kubernetes_backend, "gate_owner", lambda: {"host": "another-node", "pid": 1, "start_time": "1",
                                                                    "pod": gone})
     orphan = backend.start(request())
     monkeypatch.undo()

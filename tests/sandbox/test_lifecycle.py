@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import ROOT, SAMPLE_TOOLS
 
-from cellgate.gate.sandbox.container import run_root
+from cellgate.gate.sandbox.local.container import run_root
 
 
 def processes_of(sandbox_id: str) -> list[str]:
@@ -29,7 +29,7 @@ def wait_until_gone(sandbox_id: str, seconds: float = 60) -> None:
 
 def test_shutdown_removes_the_sandbox(session_factory) -> None:
     box = session_factory()
-    sandbox_id = box.session.provisioner.sandbox.id
+    sandbox_id = box.session.provisioner.handle.id
     assert processes_of(sandbox_id)
     box.close()
     assert processes_of(sandbox_id) == []
@@ -43,7 +43,7 @@ def test_sigkill_of_the_host_process_leaves_no_sandbox(tmp_path: Path, runsc: ob
         from cellgate.gate.testing import BlockingSession
         box = BlockingSession(tools=[{str(SAMPLE_TOOLS)!r}], notebook={str(tmp_path / 'run.ipynb')!r}).start()
         assert box.execute("x = 1").ok
-        print(box.session.provisioner.sandbox.id, flush=True)
+        print(box.session.provisioner.handle.id, flush=True)
         sys.stdin.read()
     """))
     with subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from cellgate.gate.review.show_json import json_view
-from cellgate.gate.sandbox import enforcement
+from cellgate.gate.sandbox.local import enforcement
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
 pytestmark = pytest.mark.xdist_group("cpu")

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cellgate
+from conftest import cellgate, local_sandbox
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox import cgroups, enforcement, mounts, oci, userns
+from cellgate.gate.sandbox.local import cgroups, enforcement, mounts, oci, userns
 
 ROOTLESS = os.geteuid() != 0
 DELEGATED = enforcement.delegated(None)  # an ordinary user's delegated cgroup ($CELLGATE_CGROUP_PARENT, CI's user leg)
@@ -135,7 +135,7 @@ print(json.dumps({{"uid": [os.getuid(), os.geteuid(), os.getgid()], "groups": os
     assert seen["owners"] == [oci.SANDBOX_UID] * 3  # its own folders, as under root
     assert seen["writes"][:3] == ["EROFS"] * 3 and seen["writes"][3] in ("EROFS", "EACCES")
     assert seen["nets"] == ["lo"] and seen["host"] == "ConnectionRefusedError"  # its own loopback only
-    info = shared.session.provisioner.sandbox.describe()
+    info = local_sandbox(shared.session).describe()
     assert info["network"] == "none" and info["rootless"] is ROOTLESS
     assert info["limits_enforced"] == enforcement.report(ROOTLESS)
     assert shared.session.sandbox_info["limits_enforced"] == enforcement.report(ROOTLESS)  # the notebook's metadata
@@ -145,7 +145,7 @@ print(json.dumps({{"uid": [os.getuid(), os.geteuid(), os.getgid()], "groups": os
 
 def test_limits_bind_as_reported(shared) -> None:
     report = enforcement.report(ROOTLESS)
-    sandbox = shared.session.provisioner.sandbox
+    sandbox = local_sandbox(shared.session)
     cgroup = Path("/sys/fs/cgroup/memory/cellgate", sandbox.id)
     if ROOTLESS and DELEGATED is None:
         assert report["memory"]["enforced"] == "per process" and not cgroup.exists()
@@ -187,7 +187,7 @@ print(len(made), '|', failed)
 
 def test_the_socket_folder_is_a_bounded_tmpfs_that_outlives_the_sandbox_for_its_output_log(session_factory) -> None:
     box = session_factory()
-    sandbox = box.session.provisioner.sandbox
+    sandbox = local_sandbox(box.session)
     info = os.statvfs(sandbox.ipc_dir)
     assert info.f_blocks * info.f_frsize == mounts.IPC_BYTES and info.f_files == mounts.IPC_INODES
     if ROOTLESS:  # the tmpfs is in runsc's namespace: the host's own folder stays empty on the host's disk
@@ -225,7 +225,7 @@ def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_wit
     if DELEGATED is None:
         pytest.skip("no cgroup is delegated to this user (CI's user leg has one: scripts/test-as-user)")
     box = session_factory(memory_mb=512, pids=200)
-    sandbox = box.session.provisioner.sandbox
+    sandbox = local_sandbox(box.session)
     children = [path.parent for path in sandbox.cgroup_procs]
     assert children == list(DELEGATED.child(sandbox.id).values())
     pids: set[int] = set()
@@ -247,7 +247,7 @@ def test_a_delegated_cgroup_holds_the_whole_sandbox_with_its_limits_and_goes_wit
 def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_path: Path) -> None:
     if DELEGATED is None:
         pytest.skip("no cgroup is delegated to this user (CI's user leg has one: scripts/test-as-user)")
-    from cellgate.gate.sandbox import leftovers
+    from cellgate.gate.sandbox.local import leftovers
 
     root = tmp_path / "run"
     root.mkdir(mode=0o700)

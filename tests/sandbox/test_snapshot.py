@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cellgate.gate.sandbox import snapshot
-from cellgate.gate.sandbox.container import run_root
+from cellgate.gate.sandbox.local import snapshot
+from cellgate.gate.sandbox.local.container import run_root
 
 TOOLS = ROOT / "tests" / "tools"
 
@@ -35,7 +35,7 @@ def test_sandboxes_of_one_configuration_share_an_image_and_nothing_else(session_
     assert first.execute("import random\nprint(random.random())").stdout.strip() != probe.stdout.splitlines()[1]
     assert first.session.km.session.key != second.session.km.session.key
     # Each restored sandbox has its own kernel key, never the frontend's (the relay re-signs between them).
-    keys = [box.session.km.provisioner.sandbox.key for box in (first, second)]
+    keys = [box.session.km.provisioner.handle.key for box in (first, second)]
     assert keys[0] != keys[1] and not {k.encode() for k in keys} & {first.session.km.session.key,
                                                                     second.session.km.session.key}
 

@@ -26,8 +26,8 @@ from conftest import CELLGATE, SAMPLE_TOOLS
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate.calls.approval_queue import answer
-from cellgate.gate.sandbox import enforcement
-from cellgate.gate.sandbox.oom import OomWatch
+from cellgate.gate.sandbox.local import enforcement
+from cellgate.gate.sandbox.local.oom import OomWatch
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor

@@ -135,7 +135,7 @@ def test_exhaustion_is_contained_reported_and_survivable(constrained, name: str)
     box = constrained
     box.restart()  # each case starts from a fresh kernel: what one leaves behind must not decide the next
     assert box.execute("marker = 'kept'").ok
-    with SandboxWatch(box.session.provisioner.sandbox.id) as watch:
+    with SandboxWatch(box.session.provisioner.handle.id) as watch:
         result = box.execute(case.program)
     assert result.status in case.statuses, (result.status, result.error, result.limits_hit)
     if case.error:

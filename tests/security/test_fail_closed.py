@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cellgate
+from conftest import cellgate, local_sandbox
 
 from cellgate.gate import SessionError
 
@@ -22,7 +22,7 @@ def test_P1_without_a_usable_runsc_nothing_runs(tmp_path: Path) -> None:
 
 def test_PR4_the_kernel_sockets_and_connection_file_are_private(session_factory) -> None:
     box = session_factory()
-    sandbox = box.session.provisioner.sandbox
+    sandbox = local_sandbox(box.session)
     for folder in (sandbox.root, sandbox.path("ipc")):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert stat.S_IMODE(sandbox.path("conn", "kernel.json").stat().st_mode) == 0o400

@@ -20,8 +20,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import cellgate as run_cellgate
+from conftest import local_sandbox
 
-from cellgate.gate.sandbox import mounts
+from cellgate.gate.sandbox.local import mounts
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
 pytestmark = pytest.mark.xdist_group("cpu")
@@ -419,7 +420,7 @@ def flood(folder, sockets=False):
 @pytest.mark.root_only("it reads the host's mount table for the socket tmpfs (test_rootless.py covers the ordinary user's)")
 def test_B3_X10_host_backed_writable_folders_are_bounded(session_factory) -> None:
     box = session_factory()
-    sandbox = box.session.provisioner.sandbox
+    sandbox = local_sandbox(box.session)
     ipc = sandbox.path("ipc")
     (point,) = mounted(f"{sandbox.id}/ipc")
     info = os.statvfs(ipc)

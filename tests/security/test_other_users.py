@@ -39,8 +39,8 @@ import json, os, socket, sys
 from pathlib import Path
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.calls.approval_queue import QueueApprover, write_json_atomically
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import Sandbox, SandboxConfig
+from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.local.container import Sandbox, SandboxConfig
 from cellgate.gate.sandbox.runtime_dir import run_root
 from cellgate.gate.session import launcher_state
 

@@ -40,7 +40,7 @@ def check(pid: int, name: str) -> None:
 
 def test_sandbox_and_gofer_posture_before_and_after_threads(session_factory) -> None:
     box = session_factory()
-    sandbox_id = box.session.provisioner.sandbox.id
+    sandbox_id = box.session.provisioner.handle.id
     found = processes(sandbox_id)
     assert set(found) == {"runsc-sandbox", "runsc-gofer"}, found
     for name, pid in found.items():

@@ -21,9 +21,7 @@ from lightkube.resources.core_v1 import Pod
 from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, gate_owner, pod_gone
 from cellgate.gate import load_settings
-from cellgate.gate.ext import SandboxRequest
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import SandboxConfig
+from cellgate.gate.ext import SandboxLimits, SandboxRequest
 
 GATE = {"name": "cellgate-gate-5f7d9-abcde", "uid": "4b2d7c1e-0000-4000-8000-000000000001", "namespace": "cellgate"}
 
@@ -39,8 +37,7 @@ def backend(tmp_path: Path, namespace: str) -> KubernetesBackend:
 
 
 def request() -> SandboxRequest:
-    config = SandboxConfig(isolation="gvisor", runsc=None, limits=oci.Limits(), reply_wait=60.0)
-    return SandboxRequest(config=config, tools_files={}, key="0" * 64, session_id="test")
+    return SandboxRequest(SandboxLimits(), {}, "0" * 64, "test", reply_wait=60.0)
 
 
 @pytest.fixture

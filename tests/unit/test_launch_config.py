@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cellgate.gate.sandbox import oci
+from cellgate.gate.sandbox.local import oci
 
 LAYOUT = oci.Layout(bundle="/r/b", etc="/r/etc", ipc="/r/ipc", conn="/r/conn", tools="/r/tools",
                     python_dirs=("/opt/py", "/usr/lib/python3"))

@@ -11,7 +11,8 @@ import pytest
 
 from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate.config import SandboxSettings, Settings
-from cellgate.gate.session.launch import LaunchOptions, SandboxOverrides, sandbox_config, settings_for
+from cellgate.gate.sandbox.backend import SandboxRequest
+from cellgate.gate.session.launch import LaunchOptions, SandboxOverrides, settings_for
 from cellgate.gate.session.provisioner import GVisorProvisioner
 from cellgate.gate.session.session import Session
 
@@ -36,9 +37,9 @@ def test_session_builds_frozen_launch_options() -> None:
 def test_memory_mb_reaches_the_sandbox_limits() -> None:
     settings = settings_for(LaunchOptions(settings=Settings(), sandbox={"memory_mb": 512, "snapshot": None}), None)
     assert settings.sandbox.memory_mb == 512 and settings.sandbox.snapshot is True  # None keeps the configured value
-    config = sandbox_config(settings.sandbox, None)
-    assert config.limits.memory_bytes == 512 << 20
-    assert config.limits.address_space_bytes == int((512 << 20) * 0.9)
+    request = SandboxRequest.from_settings(settings.sandbox, {}, "k" * 64, "s" * 32)
+    assert request.limits.memory_bytes == 512 << 20
+    assert request.limits.address_space_bytes == int((512 << 20) * 0.9)
 
 
 def test_a_bad_sandbox_option_names_the_field_and_value() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import pytest
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.config import SandboxSettings, Settings, load_settings
 from cellgate.gate.ext import SandboxBackend
-from cellgate.gate.sandbox.backend import BACKENDS_GROUP, SandboxRequest, endpoint, installed_backends, load_backend
-from cellgate.gate.sandbox.local_backend import LocalBackend
-from cellgate.gate.session.launch import LaunchOptions, sandbox_config, settings_for
+from cellgate.gate.sandbox.backend import SandboxRequest, endpoint
+from cellgate.gate.sandbox.backends import BACKENDS_GROUP, installed_backends, load_backend
+from cellgate.gate.sandbox.environment import request_environment
+from cellgate.gate.sandbox.local.local_backend import LocalBackend
+from cellgate.gate.session.launch import LaunchOptions, settings_for
 
 
 def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str]) -> None:
@@ -38,8 +41,15 @@ def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str
 
 def test_the_backend_is_local_unless_configured() -> None:
     assert Settings().sandbox.backend == "local"
-    assert installed_backends()["local"] == "cellgate.gate.sandbox.local_backend:LocalBackend"
-    assert load_backend("local") is LocalBackend
+    assert installed_backends()["local"] == "cellgate.gate.sandbox.local.local_backend:LocalBackend"
+    assert load_backend("local") is LocalBackend  # found through its entry point, like any other
+
+
+def test_a_package_that_registers_local_again_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install(tmp_path / "site", monkeypatch, {"local": "scratch_backend:Scratch"})
+    with pytest.raises(ConfigError, match=r"'local' is registered more than once .*scratch_backend:Scratch.*"
+                                          r"uninstall all but one"):
+        load_backend("local")
 
 
 def test_an_unknown_backend_names_the_value_and_the_installed_ones(tmp_path: Path) -> None:
@@ -81,8 +91,8 @@ def test_endpoints_from_connection_info() -> None:
 
 def test_a_request_gives_a_remote_kernel_the_local_environment() -> None:
     box = SandboxSettings(memory_mb=512, restricted=True, allowed_imports=["numpy"])
-    request = SandboxRequest(sandbox_config(box, None), {}, "k" * 64, "s" * 32)
-    env = request.kernel_environment(["/opt/kernel"])
+    request = SandboxRequest.from_settings(box, {}, "k" * 64, "s" * 32)
+    env = request_environment(request, ["/opt/kernel"])
     assert env["PYTHONPATH"] == "/opt/cellgate/tools:/opt/kernel"
     assert "k" * 64 not in env.values()  # the key travels in the connection file only
     assert env["CELLGATE_RESTRICTED"] == '["numpy"]'
@@ -97,3 +107,19 @@ def test_doctor_clean_reaps_the_backend_it_is_given(tmp_path: Path, monkeypatch:
     assert _reap("scratch") == ["reaped-by-scratch"]
     with pytest.raises(ConfigError, match="'nope' is not an installed sandbox backend"):
         _reap("nope")
+
+
+def test_the_request_is_neutral_and_the_local_backend_adds_its_own_keys(tmp_path: Path) -> None:
+    from cellgate.gate.sandbox.local import enforcement
+
+    settings = Settings(sandbox=SandboxSettings(isolation="none", workspace=str(tmp_path), memory_mb=640,
+                                                require_hard_limits=True, start_timeout=12.0))
+    request = SandboxRequest.from_settings(settings.sandbox, {"x.py": ""}, "k" * 64, "s" * 32)
+    assert not hasattr(request, "config") and request.limits.memory_bytes == 640 << 20
+    assert request.start_timeout == 12.0 and request.restricted is None and request.image is None
+    backend = LocalBackend(settings)
+    config = backend.launch_config(request)
+    assert config.limits is request.limits and config.start_timeout == 12.0
+    assert (config.isolation, config.runsc, config.workspace, config.snapshot, config.require_hard_limits) == \
+        ("none", None, str(tmp_path), False, True)  # no snapshot without gVisor
+    assert backend.runtime()["limits_enforced"] == enforcement.report(os.geteuid() != 0, "none", None)

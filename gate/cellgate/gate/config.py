@@ -20,86 +20,23 @@ import tomllib
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.calls.policy import Policy
+from cellgate.gate.sandbox.settings import SandboxSettings as SandboxSettings  # beside the seam; found here too
 
 CONFIG_NAME = "cellgate.toml"
 SECTIONS_GROUP = "cellgate.config_sections"
-BACKENDS_GROUP = "cellgate.sandbox_backends"  # as ``cellgate.gate.sandbox.backend`` (not imported here: it is heavy)
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class ToolsConfig(StrictModel):
     modules: list[str] = Field(default_factory=list, description="Python files whose public functions are tools")
-
-
-class SandboxSettings(StrictModel):
-    backend: str = Field(default="local", description="where kernels run: \"local\" (runsc on this host) or a "
-                         "backend an extension installs (\"kubernetes\"), by its cellgate.sandbox_backends name")
-    isolation: Literal["gvisor", "none"] = "gvisor"
-    runsc: str | None = None
-    platform: Literal["systrap", "ptrace", "kvm"] | None = None
-    memory_mb: int = Field(default=1024, ge=128, le=65536)
-    pids: int = Field(default=256, ge=128, le=65536)
-    open_files: int = Field(default=1024, ge=64, le=1 << 20)
-    tmp_mb: int = Field(default=256, ge=1, le=65536)
-    workspace: str | None = None
-    workspace_mb: int = Field(default=256, ge=1, le=1 << 20, description="size of /workspace: its private tmpfs, or the "
-                              "most free space the filesystem of a host `workspace` folder may have")
-    cell_timeout: float = Field(default=600.0, gt=0)
-    interrupt_grace: float = Field(default=5.0, gt=0)
-    call_timeout: float = Field(default=30.0, gt=0)
-    start_timeout: float = Field(default=60.0, gt=0)
-    require_hard_limits: bool = Field(default=False, description="refuse to start a sandbox whose memory and pids "
-                                      "limits cannot bind it as a whole (without root: no cgroup)")
-    cgroup_parent: str | None = Field(default=None, description="without root: the cgroup an admin delegated to this "
-                                      "user (v1: under the user's own cgroup path in each of memory and pids; "
-                                      "else $CELLGATE_CGROUP_PARENT); each sandbox gets a child there")
-    file_limit_mb: int = Field(default=64, ge=1, le=4096, description="largest file Session.upload or download "
-                               "moves in or out of the sandbox (each kept as a blob of the record)")
-    output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
-    pool: int = Field(default=0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
-                                                  "(cellgate mcp serve); each is used by one session only")
-    snapshot: bool = Field(default=True, description="gVisor: start each sandbox from a snapshot image of a started "
-                                             "kernel, built once per configuration")
-    max_message_mb: int = Field(default=64, ge=1, le=4096, description="largest message (each frame) the host reads from "
-                                                              "the kernel on any channel; a larger one stops the cell")
-    max_refusals_per_cell: int = Field(default=100, ge=1, le=1_000_000, description="refused tool calls a cell may make; "
-                                                                          "past them the cell is stopped")
-    restricted: bool = Field(default=False, description="also run cells under RestrictedPython (defense in depth)")
-    allowed_imports: list[str] = Field(default_factory=list, description="restricted mode: modules beyond the default set")
-
-    @model_validator(mode="after")
-    def _message_under_memory(self) -> SandboxSettings:
-        if self.max_message_mb * 2 > self.memory_mb:
-            raise ValueError(f"max_message_mb = {self.max_message_mb} must be at most half of memory_mb = "
-                             f"{self.memory_mb}: the host holds a message in memory while it checks it")
-        return self
-
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, name: str) -> str:
-        if name == "local":  # the core's own; the others are looked up (slow: every installed distribution)
-            return name
-        installed = sorted({"local", *(entry.name for entry in entry_points(group=BACKENDS_GROUP))})
-        if name not in installed:
-            raise ValueError(f"{name!r} is not an installed sandbox backend (installed: {', '.join(installed)}); "
-                             "use one of those, or install the package that provides it (e.g. cellgate[kubernetes])")
-        return name
-
-    @field_validator("allowed_imports")
-    @classmethod
-    def _modules(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$", name):
-                raise ValueError(f"{name!r} is not a module name (no leading underscores)")
-        return names
 
 
 class FrontendSettings(StrictModel):

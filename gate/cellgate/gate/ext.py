@@ -15,7 +15,8 @@ behind them are private and move without notice: import a name from here, never 
   ``untrusted_markdown``, ``waiting_notices``.
 - Journal events (``cellgate.journal_events``): ``Recorder``, ``CellRecord``, ``JournalEventRun``.
 - Sandbox backends (``cellgate.sandbox_backends``): ``SandboxBackend``, ``SandboxHandle``, ``SandboxRequest``,
-  ``SandboxStatus``, ``MemoryWatch``, ``SandboxLimits``, ``CURVE_SERVER_KEY``, ``sandbox_kernel_environment``.
+  ``SandboxStatus``, ``MemoryWatch``, ``SandboxLimits``, ``CURVE_SERVER_KEY``, ``sandbox_kernel_environment``,
+  ``sandbox_owner_record`` and ``sandbox_owner_state`` (one record of who owns a sandbox, and whether it lives).
 - Review servers (what the JupyterLab extension reads): ``verify_run``, ``blob_text``, ``ArtifactError``,
   ``pending_approval(s)``, ``answer_approval``, ``sandbox_owner_alive``, ``KERNEL_LAUNCHER_MODULE``,
   ``UntrustedLaunchState``, ``kernel_recording``.
@@ -54,13 +55,15 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they are imported 
         MemoryWatch,
         SandboxBackend,
         SandboxHandle,
+        SandboxLimits,
         SandboxRequest,
         SandboxStatus,
     )
-    from cellgate.gate.sandbox.backend import kernel_environment as sandbox_kernel_environment
-    from cellgate.gate.sandbox.container import owner_alive as sandbox_owner_alive
+    from cellgate.gate.sandbox.environment import kernel_environment as sandbox_kernel_environment
     from cellgate.gate.sandbox.kernelspec import LAUNCHER_MODULE as KERNEL_LAUNCHER_MODULE
-    from cellgate.gate.sandbox.oci import Limits as SandboxLimits
+    from cellgate.gate.sandbox.liveness import owner_alive as sandbox_owner_alive
+    from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
+    from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
     from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
@@ -98,8 +101,10 @@ _EXT = {
     "SandboxStatus": "cellgate.gate.sandbox.backend",
     "MemoryWatch": "cellgate.gate.sandbox.backend",
     "CURVE_SERVER_KEY": "cellgate.gate.sandbox.backend",
-    "SandboxLimits": "cellgate.gate.sandbox.oci:Limits",
-    "sandbox_kernel_environment": "cellgate.gate.sandbox.backend:kernel_environment",
+    "SandboxLimits": "cellgate.gate.sandbox.backend",
+    "sandbox_kernel_environment": "cellgate.gate.sandbox.environment:kernel_environment",
+    "sandbox_owner_record": "cellgate.gate.sandbox.liveness:this_process",
+    "sandbox_owner_state": "cellgate.gate.sandbox.liveness:owner_state",
     # review servers
     "verify_run": "cellgate.gate.audit.verify:check_run",
     "blob_text": "cellgate.gate.audit.artifacts",
@@ -107,7 +112,7 @@ _EXT = {
     "pending_approval": "cellgate.gate.calls.approval_queue:pending_request",
     "pending_approvals": "cellgate.gate.calls.approval_queue:pending_requests",
     "answer_approval": "cellgate.gate.calls.approval_queue:answer",
-    "sandbox_owner_alive": "cellgate.gate.sandbox.container:owner_alive",
+    "sandbox_owner_alive": "cellgate.gate.sandbox.liveness:owner_alive",
     "KERNEL_LAUNCHER_MODULE": "cellgate.gate.sandbox.kernelspec:LAUNCHER_MODULE",
     "UntrustedLaunchState": "cellgate.gate.session.launcher_state:UntrustedState",
     "kernel_recording": "cellgate.gate.session.launcher_state:recording",
@@ -146,6 +151,8 @@ __all__ = [
     "pending_approvals",
     "sandbox_kernel_environment",
     "sandbox_owner_alive",
+    "sandbox_owner_record",
+    "sandbox_owner_state",
     "stub_signature",
     "trim",
     "untrusted_markdown",

@@ -1,7 +1,8 @@
 """What a session tells an observer (traces, metrics), and how the observer is found.
 
 The core imports no observability library. The recorder and the dispatcher
-tell a ``Telemetry`` what happens (cells start and end, calls start and end,
+tell a ``Telemetry`` what happens (cells start and end, calls start and end:
+the dispatcher through ``calls.observer``, so the calls room never imports this,
 sandboxes start, the session ends); the default one does nothing, so a
 session without an observer pays one method call per event.
 
@@ -18,18 +19,18 @@ results already redacted and scrubbed of the session's secrets.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate.calls.record import CallRecord
+from cellgate.gate.calls.observer import NO_CALL as NO_CALL
+from cellgate.gate.calls.observer import CallSpan as CallSpan
 
 TELEMETRY_GROUP = "cellgate.telemetry"
 # W3C Trace Context, version 00: version-trace_id-parent_id-flags (lowercase hex, ids not all zeros).
 TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @runtime_checkable
@@ -55,23 +56,6 @@ class ModelTurn:
     error_type: str | None = None  # the failure's class name, when the request failed
 
 
-class CallSpan:
-    """One gated call as an observer follows it; this one does nothing."""
-
-    def ids(self) -> dict[str, str] | None:
-        """The trace and span id the journal records with the call (None: not traced)."""
-        return None
-
-    def inside(self, function: F) -> F:
-        """``function`` (a coroutine function), made to run in the call's trace context, so that a tool's own
-        instrumented client continues the trace. The dispatcher wraps deciding and running the call with it."""
-        return function
-
-    def ended(self, record: CallRecord) -> None:
-        """The call is decided and done (``record`` as the journal keeps it). Called once, by the dispatcher."""
-
-
-NO_CALL = CallSpan()
 
 
 class Telemetry:

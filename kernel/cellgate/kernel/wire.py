@@ -2,7 +2,7 @@
 
 Names and shapes only; both sides import this module, so it holds nothing
 secret and does no I/O. It also names the kernel's environment (``ENV_*``),
-which the host sets (``cellgate.gate.sandbox.oci``) and the kernel reads.
+which the host sets (``cellgate.gate.sandbox.environment``) and the kernel reads.
 
 Kernel -> host, a ``comm_msg`` on IOPub on a comm with target ``COMM_TARGET``::
 
@@ -62,7 +62,7 @@ MAX_BATCH_CALLS: Final = 64
 OUTPUT_LOG_BYTES: Final = 1 << 20
 SEQ_KEY: Final = "cellgate_seq"
 
-# The kernel's environment: set by the host (``cellgate.gate.sandbox.oci``), read by the kernel. Names only.
+# The kernel's environment: set by the host (``cellgate.gate.sandbox.environment``), read by the kernel. Names only.
 ENV_RLIMIT_AS: Final = "CELLGATE_RLIMIT_AS"  # address-space cap in bytes (kernel.apply_memory_limit)
 ENV_REPLY_WAIT: Final = "CELLGATE_REPLY_WAIT"  # seconds a tool call waits for the gate's reply
 ENV_OUTPUT_LIMIT: Final = "CELLGATE_OUTPUT_LIMIT"  # bytes one cell may print before the kernel drops the rest

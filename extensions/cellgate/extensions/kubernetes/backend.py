@@ -33,9 +33,7 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
@@ -49,10 +47,18 @@ from typing_extensions import override
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.config import KubernetesConfig
 from cellgate.gate import SandboxError, SandboxUnavailable
-from cellgate.gate.ext import CURVE_SERVER_KEY, SandboxBackend, SandboxHandle, SandboxRequest, SandboxStatus
+from cellgate.gate.ext import (
+    CURVE_SERVER_KEY,
+    SandboxBackend,
+    SandboxHandle,
+    SandboxRequest,
+    SandboxStatus,
+    sandbox_owner_record,
+    sandbox_owner_state,
+)
 
 T = TypeVar("T")
-OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the gate process that made the object
+OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: the owner record of the gate process that made the object (+ "pod")
 LISTED: tuple[type[Any], ...] = (Pod, ConfigMap, NetworkPolicy)  # what reap lists: never a Secret
 READINESS_PROBE: dict[str, Any] = {"tcpSocket": {"port": manifests.PORTS["hb_port"]}, "periodSeconds": 1}
 REASON_LIMIT = 600  # characters of the cluster's own words kept in an error or a status
@@ -69,15 +75,6 @@ LIMITS_ENFORCED = {
 DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it
 
 
-def process_start(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (``/proc/PID/stat``), None if there is no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()[19]
-
-
 def gate_pod() -> dict[str, str] | None:
     """The gate's own pod (the downward API's environment), or None outside a cluster."""
     found = {key: os.environ.get(f"CELLGATE_POD_{key.upper()}", "") for key in ("name", "uid", "namespace")}
@@ -85,7 +82,7 @@ def gate_pod() -> dict[str, str] | None:
 
 
 def gate_owner() -> dict[str, Any]:
-    owner: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    owner = sandbox_owner_record()  # host, pid, start time: the core's one owner record (``liveness``)
     pod = gate_pod()
     if pod is not None:
         owner["pod"] = pod
@@ -94,9 +91,7 @@ def gate_owner() -> dict[str, Any]:
 
 def owner_gone(owner: dict[str, Any]) -> bool:
     """Whether the gate process an object names is gone (only a process of this host can be told)."""
-    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-        return False
-    return process_start(owner["pid"]) != owner.get("start")
+    return sandbox_owner_state(owner) == "gone"
 
 
 async def pod_gone(client: AsyncClient, owner: dict[str, Any]) -> bool:
@@ -176,12 +171,12 @@ class KubernetesBackend(SandboxBackend):
         owner = manifests.Owner(name=pod["name"], uid=pod["uid"]) if pod and pod["namespace"] == config.namespace \
             else None
         return manifests.KernelSession(
-            session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=config.image,
+            session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=request.image or config.image,
             runtime_class=config.runtime_class,
             gate=manifests.GatePeer(pod_labels=config.gate_pod_labels, namespace=config.gate_namespace),
-            memory_mb=request.config.limits.memory_bytes >> 20, cpus=config.cpus, tmp_mb=box.tmp_mb,
+            memory_mb=request.limits.memory_bytes >> 20, cpus=config.cpus, tmp_mb=box.tmp_mb,
             workspace_mb=box.workspace_mb, deadline_seconds=config.deadline_seconds,
-            reply_wait=request.config.reply_wait, restricted=request.config.restricted, owner=owner,
+            reply_wait=request.reply_wait, restricted=request.restricted, owner=owner,
             labels=dict(request.labels))
 
     @override
@@ -197,7 +192,7 @@ class KubernetesBackend(SandboxBackend):
             if obj["kind"] == "Pod":  # Ready once the kernel bound its last socket (the heartbeat's)
                 obj["spec"]["containers"][0]["readinessProbe"] = READINESS_PROBE
         try:
-            self._run(lambda client: self._start(client, handle, objects, request.config.start_timeout))
+            self._run(lambda client: self._start(client, handle, objects, request.start_timeout))
         except BaseException:
             with contextlib.suppress(Exception):  # what failed is the error to tell, not its cleanup
                 self.delete(handle)

@@ -11,7 +11,7 @@ A session is four objects, created in this order and deleted together (``session
 - the kernel **Pod**: ``runtimeClassName`` gvisor, a non-root user, read-only root filesystem, no capability,
   ``seccompProfile: RuntimeDefault``, no service-account token, no service links, memory and CPU limits,
   ``activeDeadlineSeconds``; the Secret and ConfigMap mounted read-only where the local sandbox mounts them
-  (``cellgate.gate.sandbox.oci``), /tmp and /workspace size-limited memory-backed emptyDirs.
+  (``cellgate.gate.sandbox.environment``), /tmp and /workspace size-limited memory-backed emptyDirs.
 
 Like ``oci.spec`` for the local sandbox, this file is the security boundary's configuration: golden tests pin
 it and every object is validated against the Kubernetes OpenAPI schemas (``kubernetes-validate``).
@@ -38,7 +38,7 @@ PORTS: Final = {"shell_port": 5001, "iopub_port": 5002, "stdin_port": 5003, "con
 PORT_NAMES: Final = {"shell_port": "shell", "iopub_port": "iopub", "stdin_port": "stdin",
                      "control_port": "control", "hb_port": "hb"}
 
-# Paths inside the pod: the same as in the local sandbox (``cellgate.gate.sandbox.oci``).
+# Paths inside the pod: the same as in the local sandbox (``cellgate.gate.sandbox.environment``).
 CONNECTION_DIR: Final = "/run/cellgate/conn"
 CONNECTION_KEY: Final = "kernel.json"
 CONNECTION_FILE: Final = f"{CONNECTION_DIR}/{CONNECTION_KEY}"

@@ -22,6 +22,7 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import write_atomically
 from cellgate.gate._terminal import reveal
 from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approver
+from cellgate.gate.sandbox.liveness import owner_alive, this_process
 from cellgate.gate.sandbox.runtime_dir import check_private, private_dir, run_root
 
 
@@ -76,12 +77,6 @@ def write_json_atomically(path: Path, data: Any) -> None:
 WITHDRAWN_KEPT_SECONDS = 7 * 24 * 3600  # how long `approve ID` can still say why a request is gone
 
 
-def this_process() -> dict[str, Any]:
-    from cellgate.gate.sandbox.container import _process_start_time
-
-    return {"pid": os.getpid(), "start_time": _process_start_time(os.getpid())}
-
-
 def withdraw_request(folder: Path, request_id: str, reason: str) -> None:
     """Take a request out of the queue and leave a note saying why, for `approve ID` to answer with."""
     note = {"id": request_id, "withdrawn": time.time(), "reason": reason}
@@ -102,8 +97,6 @@ def withdraw_request(folder: Path, request_id: str, reason: str) -> None:
 
 def withdraw_orphans(folder: Path | None = None) -> list[str]:
     """Withdraw the requests whose host process is gone (a crashed session); returns their ids."""
-    from cellgate.gate.sandbox.container import owner_alive
-
     folder = folder or approvals_dir()
     gone = []
     if folder.is_dir():

@@ -42,6 +42,7 @@ from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
+from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
 from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
@@ -49,7 +50,6 @@ from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, Tool, ToolRegistry, with_defaults
 from cellgate.gate.calls.scrubber import SecretScrubber
 from cellgate.gate.calls.tool_threads import Running, ToolThreads
-from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 from cellgate.kernel.wire import ErrorKind
 
 __all__ = ["CallFailed", "CallLog", "CallRecord", "CallScope", "Dispatcher", "Outcome", "Refused", "Secret"]
@@ -153,7 +153,7 @@ class Dispatcher:
         self._limits: dict[str, asyncio.Semaphore] = {}
         # The secret values this session has seen; the recorder scrubs them from everything it writes.
         self.secrets = SecretScrubber()
-        self.telemetry: Telemetry = NO_TELEMETRY  # the session's observer (``cellgate.gate.telemetry``)
+        self.telemetry: CallObserver = NO_OBSERVER  # the session's observer (``cellgate.gate.telemetry``)
 
     def note_secret_args(self, tool: str, args: dict[str, Any]) -> None:
         """Remember the values of ``tool``'s secret arguments (before anything about the call is recorded)."""

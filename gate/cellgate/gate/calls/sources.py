@@ -12,13 +12,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
-from cellgate.gate.config import Settings
 
 Report = Callable[..., None]  # report(event, **data): journalled by the session's recorder
+M = TypeVar("M", bound=BaseModel)
+
+
+class SourceSettings(Protocol):
+    """What a source reads of the session's settings (``cellgate.gate.config.Settings`` is one; ``config`` sits
+    above the calls room, which never imports it)."""
+
+    def configured_sections(self) -> list[str]: ...
+
+    def section(self, name: str, model: type[M]) -> M: ...
+
+    def resolve(self, path: str) -> Path: ...
 
 
 class ToolSource(ABC):
@@ -29,7 +43,7 @@ class ToolSource(ABC):
     kernel restarts); neither calls super().
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SourceSettings) -> None:
         self.settings = settings
         self.report: Report = lambda event, **data: None  # set by the provisioner once its recorder exists
         self.notes: list[dict[str, Any]] = []  # said during open(), journalled once the recorder exists
@@ -43,7 +57,7 @@ class ToolSource(ABC):
         """Disconnect; must not raise."""
 
     @classmethod
-    def describe(cls, settings: Settings) -> list[str]:
+    def describe(cls, settings: SourceSettings) -> list[str]:
         """What the source will connect to, one line each, for the notebook's metadata; never credentials.
 
         Called by the provisioner before the session is recorded; the default says nothing.
@@ -51,7 +65,7 @@ class ToolSource(ABC):
         return []
 
 
-def configured_source_types(settings: Settings) -> list[type[ToolSource]]:
+def configured_source_types(settings: SourceSettings) -> list[type[ToolSource]]:
     """The installed sources (entry points ``cellgate.tool_sources``) whose section of the file is configured."""
     configured = set(settings.configured_sections())
     found = sorted(entry_points(group="cellgate.tool_sources"), key=lambda entry: entry.name)
@@ -65,17 +79,17 @@ def configured_source_types(settings: Settings) -> list[type[ToolSource]]:
     return types
 
 
-def configured_sources(settings: Settings) -> list[ToolSource]:
+def configured_sources(settings: SourceSettings) -> list[ToolSource]:
     """Instantiate the sources whose configuration section is configured."""
     return [factory(settings) for factory in configured_source_types(settings)]
 
 
-def describe_sources(settings: Settings) -> list[str]:
+def describe_sources(settings: SourceSettings) -> list[str]:
     """What the configured sources will connect to (``ToolSource.describe``), for the notebook's metadata."""
     return [line for factory in configured_source_types(settings) for line in factory.describe(settings)]
 
 
-def open_sources(settings: Settings, registry: Any) -> list[ToolSource]:
+def open_sources(settings: SourceSettings, registry: Any) -> list[ToolSource]:
     """Open every configured source and add its tools to ``registry``; on failure close them all."""
     return open_all(configured_sources(settings), registry)
 

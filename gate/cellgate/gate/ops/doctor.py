@@ -13,11 +13,12 @@ from rich.markup import escape
 
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._versions import versions
-from cellgate.gate.sandbox import cgroups, enforcement, oci, userns
-from cellgate.gate.sandbox.backend import DEFAULT_BACKEND, load_backend
-from cellgate.gate.sandbox.container import reap_leftovers, run_root
-from cellgate.gate.sandbox.runsc import FIX_HINT, PREFERRED_RUNSC, find
-from cellgate.gate.sandbox.snapshot import prune
+from cellgate.gate.sandbox.backends import DEFAULT_BACKEND, load_backend
+from cellgate.gate.sandbox.local import cgroups, enforcement, oci, userns
+from cellgate.gate.sandbox.local.container import reap_leftovers
+from cellgate.gate.sandbox.local.runsc import FIX_HINT, PREFERRED_RUNSC, find
+from cellgate.gate.sandbox.local.snapshot import prune
+from cellgate.gate.sandbox.runtime_dir import run_root
 
 console = Console(highlight=False)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox.runsc import PREFERRED_RUNSC, probe
+from cellgate.gate.sandbox.local.runsc import PREFERRED_RUNSC, probe
 
 DEFAULT_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 NEWER_SUITE = "trixie"

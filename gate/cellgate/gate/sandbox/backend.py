@@ -2,14 +2,17 @@
 
 A backend starts one sandboxed kernel per launch and answers for it until it
 is deleted; the gate only ever talks to the kernel over the Jupyter channels
-whose connection info the backend gives. ``local`` (``local_backend``) runs
-runsc on this host; other backends (``kubernetes``: one gVisor pod per kernel)
-come from extensions through the ``cellgate.sandbox_backends`` entry points
-(name -> a ``SandboxBackend`` subclass). The core never imports an extension.
+whose connection info the backend gives. The seam knows no backend: each,
+``local`` (``sandbox.local``: runsc on this host) like the ones extensions
+install (``kubernetes``: one gVisor pod per kernel), is found by name in the
+``cellgate.sandbox_backends`` entry points (``sandbox.backends``). A request
+is neutral (limits, timeouts, the kernel's key and tools, an image); what only
+one backend reads it takes from its own settings (``[sandbox]``'s local keys,
+an extension's section). The kernel's environment is ``sandbox.environment``'s.
 
 The lifecycle, as the provisioner and the relay drive it::
 
-    backend = load_backend(settings.sandbox.backend)(settings)   # once per session
+    backend = load_backend(settings.sandbox.backend)(settings)   # once per session (``sandbox.backends``)
     backend.reap()                                  # orphans of gates that are gone
     handle = backend.start(request)                 # ready: its sockets accept connections
     info = backend.connection_info(handle)          # the relay connects (ipc or tcp, CurveZMQ if keyed)
@@ -33,22 +36,17 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from cellgate.gate._errors import ConfigError
-from cellgate.gate.sandbox import oci
-from cellgate.gate.sandbox.container import CHANNELS, SandboxConfig
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.kernel import wire
-
-BACKENDS_GROUP = "cellgate.sandbox_backends"
-DEFAULT_BACKEND = "local"
+from cellgate.gate.sandbox.environment import CHANNELS as CHANNELS
+from cellgate.gate.sandbox.limits import SandboxLimits as SandboxLimits
+from cellgate.gate.sandbox.settings import SandboxSettings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,7 +59,7 @@ class BackendSettings(Protocol):
     """
 
     @property
-    def sandbox(self) -> Any: ...  # SandboxSettings (the sandbox room cannot import config)
+    def sandbox(self) -> SandboxSettings: ...
 
     def section(self, name: str, model: type[M]) -> M: ...
 
@@ -70,35 +68,26 @@ class BackendSettings(Protocol):
 
 @dataclass(frozen=True)
 class SandboxRequest:
-    """What one sandbox is started with (each launch of a session's kernel, restarts included)."""
+    """What one sandbox is started with (each launch of a session's kernel, restarts included): neutral, read
+    alike by every backend. What only one backend needs it reads from its settings, never from here."""
 
-    config: SandboxConfig  # limits, timeouts, restricted mode; ``isolation``/``runsc``/``snapshot``: local only
+    limits: SandboxLimits
     tools_files: Mapping[str, str]  # the generated ``tools`` package: relative path -> source, mounted read-only
     key: str  # the kernel's own HMAC key, new for each sandbox (never the frontends')
     session_id: str  # the session it serves: for labels, owners and the record
+    reply_wait: float = 3600.0  # seconds the kernel waits for a tool call's reply
+    start_timeout: float = 60.0  # seconds ``start`` may take until the kernel's channels accept connections
+    restricted: tuple[str, ...] | None = None  # restricted mode's extra allowed imports; None: off
+    image: str | None = None  # the kernel's image, for a backend that runs one; None: the backend's configured one
     labels: Mapping[str, str] = field(default_factory=dict)  # more labels a backend may attach (tenant, ...)
 
-    def kernel_environment(self, python_path: Sequence[str], host_files: bool = True) -> dict[str, str]:
-        """The kernel's whole environment (``kernel_environment``) with this request's limits."""
-        config = self.config
-        return kernel_environment(config.limits, config.reply_wait, config.restricted, python_path, host_files)
-
-
-def kernel_environment(limits: oci.Limits, reply_wait: float, restricted: tuple[str, ...] | None,
-                       python_path: Sequence[str] = (), host_files: bool = True) -> dict[str, str]:
-    """The kernel's whole environment (an allowlist, never the host's), as a local sandbox gets it.
-
-    ``python_path`` holds where the ``cellgate.kernel`` package is in the sandbox, if not on the interpreter's
-    own path; the ``tools`` package is expected at ``oci.TOOLS_DIR``, the connection file at
-    ``oci.CONNECTION_FILE``. ``host_files=False`` (a kernel away from this host, e.g. in a pod) leaves out what
-    only a host-backed folder gives: the output log (``ENV_OUTPUT_LOG``: the gate reads it on the host) and the
-    snapshot's ready file (``ENV_SNAPSHOT_READY``: runsc's checkpoints are this host's), and the generated /etc's
-    fonts.conf (``FONTCONFIG_FILE``: an image has its own /etc).
-    """
-    env = dict(oci.parse_env(oci.environment(list(python_path), limits, reply_wait, restricted)))
-    if not host_files:
-        del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY], env["FONTCONFIG_FILE"]
-    return env
+    @classmethod
+    def from_settings(cls, box: SandboxSettings, tools_files: Mapping[str, str], key: str,
+                      session_id: str) -> SandboxRequest:
+        """The request ``[sandbox]`` makes (every launch of a session, restarts included)."""
+        return cls(SandboxLimits.from_settings(box), tools_files, key, session_id,
+                   reply_wait=max(3600.0, box.call_timeout * 4), start_timeout=box.start_timeout,
+                   restricted=tuple(box.allowed_imports) if box.restricted else None)
 
 
 SandboxState = Literal["running", "exited", "memory", "gone"]
@@ -153,7 +142,7 @@ class SandboxHandle:
 
     @property
     def memory_limit_bytes(self) -> int:
-        return self.request.config.limits.memory_bytes
+        return self.request.limits.memory_bytes
 
 
 def endpoint(info: Mapping[str, Any], channel: str) -> str:
@@ -188,7 +177,7 @@ class SandboxBackend(ABC):
     def start(self, request: SandboxRequest) -> SandboxHandle:
         """Start a sandboxed kernel and return once its channels accept connections (blocking; run in a thread).
 
-        Raise ``SandboxError`` naming the reason when it does not get ready within ``request.config.start_timeout``
+        Raise ``SandboxError`` naming the reason when it does not get ready within ``request.start_timeout``
         (a pod's events, the runsc log's tail), after deleting whatever it started.
         """
 
@@ -261,36 +250,7 @@ class SandboxBackend(ABC):
         return None
 
 
-def installed_backends() -> dict[str, str]:
-    """The installed backends: entry point name -> what it names."""
-    return {entry.name: entry.value for entry in entry_points(group=BACKENDS_GROUP)}
-
-
-def load_backend(name: str) -> type[SandboxBackend]:
-    """The backend class registered as ``name`` in the ``cellgate.sandbox_backends`` entry points.
-
-    ``local`` is the core's own: taken without scanning the entry points (a scan costs tens of milliseconds, each
-    session start), and no installed package can replace it.
-    """
-    if name == DEFAULT_BACKEND:
-        from cellgate.gate.sandbox.local_backend import LocalBackend
-
-        return LocalBackend
-    found = [entry for entry in entry_points(group=BACKENDS_GROUP) if entry.name == name]
-    if not found:
-        installed = ", ".join(sorted({DEFAULT_BACKEND, *installed_backends()}))
-        raise ConfigError(f"[sandbox] backend = {name!r} is not an installed sandbox backend (installed: {installed});"
-                          " use one of those, or install the package that provides it (e.g. cellgate[kubernetes])")
-    entry = found[0]
-    backend = entry.load()
-    if not (isinstance(backend, type) and issubclass(backend, SandboxBackend)):
-        raise ConfigError(f"entry point {name} = {entry.value!r} (group {BACKENDS_GROUP}) does not name a "
-                          "SandboxBackend subclass; fix or uninstall the package that provides it")
-    return backend
-
-
 __all__ = [
-    "BACKENDS_GROUP", "CHANNELS", "CURVE_SERVER_KEY", "DEFAULT_BACKEND", "BackendSettings", "MemoryWatch",
-    "ReportedByWait", "SandboxBackend", "SandboxHandle", "SandboxRequest", "SandboxState", "SandboxStatus", "endpoint",
-    "installed_backends", "load_backend",
+    "CHANNELS", "CURVE_SERVER_KEY", "BackendSettings", "MemoryWatch", "ReportedByWait", "SandboxBackend",
+    "SandboxHandle", "SandboxLimits", "SandboxRequest", "SandboxState", "SandboxStatus", "endpoint",
 ]

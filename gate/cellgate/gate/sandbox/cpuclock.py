@@ -25,7 +25,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from cellgate.gate.sandbox.oom import CGROUP_ROOT
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
 
 POLL_SECONDS = 0.1
 MAX_TREE = 4096  # processes walked in one process tree: more is not a sandbox's tree

@@ -28,7 +28,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cellgate.gate._errors import FileRefused, FileTooLarge, SessionError
-from cellgate.gate.sandbox.oci import WORKSPACE
+from cellgate.gate.sandbox.environment import WORKSPACE
 from cellgate.kernel.wire import FILE_CHUNK_BYTES, FILES_COMM
 
 if TYPE_CHECKING:

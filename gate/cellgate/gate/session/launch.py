@@ -30,9 +30,6 @@ from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
 from cellgate.gate.config import CONFIG_NAME, SandboxSettings, Settings, find_config, load_settings
-from cellgate.gate.sandbox import enforcement, oci
-from cellgate.gate.sandbox.container import SandboxConfig
-from cellgate.gate.sandbox.runsc import Runsc
 
 # An approver: an entry-point name ("deny", "allow", "prompt", "queue"), an instance, or a
 # callable(request) -> bool | ApprovalAnswer (sync or async).
@@ -122,23 +119,6 @@ def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:
     return settings
 
 
-def sandbox_config(box: SandboxSettings, runsc: Runsc | None) -> SandboxConfig:
-    """The launch parameters of the session's sandboxes (every launch, restarts included)."""
-    limits = oci.Limits(
-        memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
-        workspace_bytes=box.workspace_mb << 20,
-        # Far above the recorded cap, so the host still sees a long output's tail; only a flood is cut.
-        kernel_output_bytes=max(32 << 20, 4 * (box.output_limit_kb << 10)),
-    )
-    return SandboxConfig(
-        isolation=box.isolation, runsc=runsc, limits=limits,
-        reply_wait=max(3600.0, box.call_timeout * 4), workspace=box.workspace,
-        restricted=tuple(box.allowed_imports) if box.restricted else None,
-        snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=box.start_timeout,
-        require_hard_limits=box.require_hard_limits, cgroup_parent=box.cgroup_parent,
-    )
-
-
 def session_metadata(settings: Settings, registry: ToolRegistry, runtime: Mapping[str, Any], tool_paths: Sequence[Path],
                      session_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     """What the record says about the session before its first cell (``runtime``: the backend's ``runtime()``)."""
@@ -151,10 +131,9 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runtime: Mappin
                    "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
                    "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},
         "network": "none",
-        "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent),
         "restricted": ({"allowed_imports": sorted(box.allowed_imports)} if box.restricted else False),
     }
-    sandbox.update(runtime)  # another backend's word on what it runs replaces the local one's (network, limits)
+    sandbox.update(runtime)  # the backend's word on what it runs (network, limits_enforced) replaces the defaults
     return {
         "session_id": session_id,
         "versions": versions(),

@@ -33,13 +33,11 @@ from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
-from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest, load_backend
-from cellgate.gate.sandbox.container import Sandbox, SandboxConfig
-from cellgate.gate.sandbox.local_backend import LocalBackend, LocalHandle
+from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest
+from cellgate.gate.sandbox.backends import load_backend
 from cellgate.gate.session.bounds import HostBounds
 from cellgate.gate.session.launch import (
     LaunchOptions,
-    sandbox_config,
     session_metadata,
     settings_for,
 )
@@ -58,7 +56,6 @@ class Started:
     service: Relay
     backend: SandboxBackend  # where the session's kernels run ([sandbox] backend)
     session_id: str
-    sandbox_config: SandboxConfig  # the launch parameters of every sandbox of the session
     tools_files: dict[str, str]  # the generated ``tools`` package
 
 
@@ -76,11 +73,6 @@ class GVisorProvisioner(LocalProvisioner):
         self.handle: SandboxHandle | None = None  # the running kernel's sandbox, replaced on each launch
         self._launching = False  # a launch was tried (and may have failed) since the last cleanup
         self._started: Started | None = None
-
-    @property
-    def sandbox(self) -> Sandbox | None:
-        """The running kernel's local sandbox (None before a launch, and on another backend)."""
-        return self.handle.sandbox if isinstance(self.handle, LocalHandle) else None
 
     @property
     def started(self) -> Started:
@@ -134,7 +126,6 @@ class GVisorProvisioner(LocalProvisioner):
 
     def _start(self, settings: Settings, backend: SandboxBackend) -> Started:
         options = self.options
-        runsc = backend.runsc if isinstance(backend, LocalBackend) else None
         granted = [Path(p).resolve() for p in options.tools]
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
@@ -150,7 +141,7 @@ class GVisorProvisioner(LocalProvisioner):
             close_sources(sources)
             raise
         return Started(settings, registry, tuple(sources), recorder, service, backend, metadata["session_id"],
-                       sandbox_config(settings.sandbox, runsc), tools_files)
+                       tools_files)
 
     def _start_relay(self, settings: Settings, registry: ToolRegistry, sources: list[ToolSource],
                      metadata: dict[str, Any]) -> tuple[Recorder, Relay]:
@@ -190,8 +181,8 @@ class GVisorProvisioner(LocalProvisioner):
         self._launching = True
         # The kernel's own key, new for each sandbox: the frontends' key never enters the sandbox,
         # and the relay re-signs every message between the two (relaywire).
-        request = SandboxRequest(started.sandbox_config, started.tools_files, secrets.token_hex(32),
-                                 started.session_id)
+        request = SandboxRequest.from_settings(started.settings.sandbox, started.tools_files, secrets.token_hex(32),
+                                               started.session_id)
         handle = self.handle = await self._start_sandbox(started.backend, request)
         started.service.attach(handle)
         self.process = handle.process

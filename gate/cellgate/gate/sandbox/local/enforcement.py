@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from cellgate.gate._errors import SandboxUnavailable
-from cellgate.gate.sandbox import cgroups, oci, userns
+from cellgate.gate.sandbox.local import cgroups, oci, userns
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_RESTORE_ROOTLESS = ("snapshot starts need root: runsc cannot restore a checkpoint --rootless, "

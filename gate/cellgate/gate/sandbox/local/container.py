@@ -28,17 +28,16 @@ from typing import Any, Literal
 
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import cgroups, enforcement, leftovers, mounts, oci, snapshot
-from cellgate.gate.sandbox.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
-from cellgate.gate.sandbox.leftovers import _process_start_time as _process_start_time  # where callers have
-from cellgate.gate.sandbox.leftovers import owner_alive as owner_alive  # found these
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.environment import CHANNELS
+from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
+from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
+from cellgate.gate.sandbox.local.runsc import Runsc
 from cellgate.gate.sandbox.runtime_dir import private_dir
 from cellgate.gate.sandbox.runtime_dir import run_root as run_root  # where callers have always found it
 from cellgate.kernel import wire
 
 Isolation = Literal["gvisor", "none"]
-CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 
 
 def kernel_python_path() -> str:
@@ -252,9 +251,9 @@ class Sandbox:
         )
         log.close()
         owner = {
-            "pid": os.getpid(), "start_time": _process_start_time(os.getpid()),
+            **liveness.this_process(),
             "runsc": self.config.runsc.path if self.config.isolation == "gvisor" and self.config.runsc else None,
-            "kernel_pid": self.process.pid, "kernel_start_time": _process_start_time(self.process.pid),
+            "kernel_pid": self.process.pid, "kernel_start_time": liveness.start_time(self.process.pid),
             "cgroups": [str(path.parent) for path in self.cgroup_procs],
         }
         self.path(OWNER_FILE).write_text(json.dumps(owner))

@@ -1,7 +1,7 @@
 """Finding and deleting sandboxes whose host process is gone (however it went).
 
 Each run folder holds an owner record (``OWNER_FILE``): the host process's
-pid and start time, the runsc that runs the sandbox, the kernel's pid, and
+record (``liveness``: host, pid, start time), the runsc that runs the sandbox, the kernel's pid, and
 without root the sandbox's delegated cgroups (``cgroups``), removed with it. A
 folder whose owner is no longer alive is a leftover: its sandbox is killed and
 deleted, its socket folder's tmpfs unmounted, the folder removed. Used by the
@@ -15,31 +15,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from cellgate.gate.sandbox import cgroups, mounts
+from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.local import cgroups, mounts
 from cellgate.gate.sandbox.runtime_dir import check_private
 
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_FILE = "owner.json"
 ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this old was left by a crash
-
-
-def _process_start_time(pid: int) -> str | None:
-    """The start time of a live process (None if gone or a zombie), to detect pid reuse."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def owner_alive(owner: Mapping[str, Any]) -> bool:
-    pid = owner.get("pid")
-    return isinstance(pid, int) and _process_start_time(pid) == owner.get("start_time")
 
 
 def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
@@ -73,13 +57,13 @@ def reap_leftovers(root: Path) -> list[str]:
                 shutil.rmtree(folder, ignore_errors=True)
                 reaped.append(folder.name)
             continue
-        if owner_alive(owner):
+        if not isinstance(owner, dict) or liveness.owner_alive(owner):
             continue
         if owner.get("runsc"):
             delete_sandbox(owner["runsc"], str(folder / "state"), folder.name)
         else:
             pid = owner.get("kernel_pid")
-            if isinstance(pid, int) and _process_start_time(pid) == owner.get("kernel_start_time"):
+            if isinstance(pid, int) and liveness.owner_alive({"pid": pid, "start_time": owner.get("kernel_start_time")}):
                 try:
                     os.kill(pid, 9)
                 except OSError:

@@ -12,6 +12,7 @@ keeps the default.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Any
 from typing_extensions import override
 
 from cellgate.gate._errors import SandboxError
-from cellgate.gate.sandbox import leftovers
 from cellgate.gate.sandbox.backend import (
     BackendSettings,
     MemoryWatch,
@@ -29,12 +29,13 @@ from cellgate.gate.sandbox.backend import (
     SandboxRequest,
     SandboxStatus,
 )
-from cellgate.gate.sandbox.container import Sandbox, run_root
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.sandbox.oci import OUTPUT_LOG
-from cellgate.gate.sandbox.oom import OomWatch
-from cellgate.gate.sandbox.runsc import Runsc
-from cellgate.gate.sandbox.runsc import find as find_runsc
+from cellgate.gate.sandbox.local import enforcement, leftovers
+from cellgate.gate.sandbox.local.container import Sandbox, SandboxConfig, run_root
+from cellgate.gate.sandbox.local.oci import OUTPUT_LOG
+from cellgate.gate.sandbox.local.oom import OomWatch
+from cellgate.gate.sandbox.local.runsc import Runsc
+from cellgate.gate.sandbox.local.runsc import find as find_runsc
 
 
 class LocalHandle(SandboxHandle):
@@ -60,7 +61,19 @@ class LocalBackend(SandboxBackend):
 
     @override
     def runtime(self) -> dict[str, Any]:
-        return self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
+        box = self.settings.sandbox
+        where = self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
+        return {**where, "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent)}
+
+    def launch_config(self, request: SandboxRequest) -> SandboxConfig:
+        """The local launch parameters of a request: its limits and timeouts, with ``[sandbox]``'s local keys."""
+        box = self.settings.sandbox
+        return SandboxConfig(
+            isolation=box.isolation, runsc=self.runsc, limits=request.limits, reply_wait=request.reply_wait,
+            workspace=box.workspace, restricted=request.restricted,
+            snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=request.start_timeout,
+            require_hard_limits=box.require_hard_limits, cgroup_parent=box.cgroup_parent,
+        )
 
     @staticmethod
     def _local(handle: SandboxHandle) -> LocalHandle:
@@ -74,7 +87,8 @@ class LocalBackend(SandboxBackend):
 
     @override
     def start(self, request: SandboxRequest) -> LocalHandle:
-        sandbox = Sandbox(request.config, request.tools_files, request.key)
+        config = self.launch_config(request)
+        sandbox = Sandbox(config, request.tools_files, request.key)
         try:
             self._launch(sandbox)
         except SandboxError as exc:
@@ -84,7 +98,7 @@ class LocalBackend(SandboxBackend):
             # A snapshot that does not restore (a damaged image, a runsc that cannot) costs one
             # cold start, not the session: drop the image and start this sandbox cold.
             sandbox.discard_image()
-            sandbox = Sandbox(replace(request.config, snapshot=False), request.tools_files, request.key)
+            sandbox = Sandbox(replace(config, snapshot=False), request.tools_files, request.key)
             sandbox.snapshot_problem = f"the snapshot image did not restore: {str(exc)[:300]}"
             try:
                 self._launch(sandbox)

@@ -8,69 +8,27 @@ configuration.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cellgate.kernel import wire
+from cellgate.gate.sandbox.environment import CONNECTION_FILE as CONNECTION_FILE
+from cellgate.gate.sandbox.environment import ENV_ALLOWLIST as ENV_ALLOWLIST
+from cellgate.gate.sandbox.environment import IPC_DIR as IPC_DIR
+from cellgate.gate.sandbox.environment import OUTPUT_LOG as OUTPUT_LOG
+from cellgate.gate.sandbox.environment import SNAPSHOT_READY as SNAPSHOT_READY
+from cellgate.gate.sandbox.environment import TOOLS_DIR as TOOLS_DIR
+from cellgate.gate.sandbox.environment import WORKSPACE as WORKSPACE
+from cellgate.gate.sandbox.environment import kernel_environment
+from cellgate.gate.sandbox.limits import SandboxLimits
 
 SANDBOX_UID: Final = 1000
 SANDBOX_GID: Final = 1000
-
-# Paths inside the sandbox.
-IPC_DIR: Final = "/run/cellgate/ipc"
-CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
-TOOLS_DIR: Final = "/opt/cellgate/tools"
-WORKSPACE: Final = "/workspace"
-SNAPSHOT_READY: Final = "snapshot-ready"
-OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
+# Paths inside the sandbox, the kernel's environment and the limits are the seam's (any backend's kernel has them).
+Limits = SandboxLimits
 
 # Host system directories the interpreter needs, bound read-only when present.
 SYSTEM_DIRS: Final = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
-
-ENV_ALLOWLIST: Final = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "LANG",
-        "LC_ALL",
-        "PYTHONPATH",
-        "PYTHONDONTWRITEBYTECODE",
-        "PYTHONNOUSERSITE",
-        "PYTHONSAFEPATH",
-        "JUPYTER_RUNTIME_DIR",
-        "JUPYTER_PLATFORM_DIRS",
-        "IPYTHONDIR",
-        "MPLCONFIGDIR",
-        "MPLBACKEND",
-        "XDG_CACHE_HOME",
-        "FONTCONFIG_FILE",
-        "TMPDIR",
-        "MALLOC_ARENA_MAX",
-        *wire.KERNEL_ENV,
-    }
-)
-
-
-@dataclass(frozen=True)
-class Limits:
-    memory_bytes: int = 1 << 30
-    pids: int = 256
-    open_files: int = 1024
-    tmp_bytes: int = 256 << 20
-    workspace_bytes: int = 256 << 20
-    # What one cell may print before the kernel itself drops the rest (the host's
-    # cap is the record's; this one keeps a flood from filling the kernel's memory).
-    kernel_output_bytes: int = 16 << 20
-    # Address-space cap applied by the kernel, under the cgroup limit, so an
-    # over-allocation is a MemoryError in the cell rather than an OOM kill.
-    address_space_fraction: float = 0.9
-
-    @property
-    def address_space_bytes(self) -> int:
-        return int(self.memory_bytes * self.address_space_fraction)
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -143,41 +101,8 @@ def mounts(layout: Layout, limits: Limits, rootless: bool = False) -> list[dict[
 
 def environment(python_path: list[str], limits: Limits, reply_wait: float,
                 restricted: tuple[str, ...] | None = None) -> list[str]:
-    """The sandbox's whole environment: an allowlist, never the host's.
-
-    ``restricted``: restricted mode's extra allowed imports (None: restricted mode off).
-    """
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": WORKSPACE,
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": ":".join([TOOLS_DIR, *python_path]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "IPYTHONDIR": "/tmp/ipython",
-        "MPLCONFIGDIR": "/tmp/matplotlib",
-        "XDG_CACHE_HOME": "/tmp/cache",  # jedi's and parso's caches: the sandbox's tmpfs, never the workspace
-        # The generated /etc's fonts.conf (etc_files): without one every matplotlib cell printed
-        # "Fontconfig error: Cannot load default config file" into the record and the model's view.
-        "FONTCONFIG_FILE": "/etc/fonts.conf",
-        "TMPDIR": "/tmp",
-        wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
-        wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
-        wire.ENV_OUTPUT_LIMIT: str(limits.kernel_output_bytes),
-        # glibc reserves 64 MiB of address space per thread arena; under the
-        # RLIMIT_AS cap that would leave room for only a few dozen threads.
-        "MALLOC_ARENA_MAX": "2",
-        # Where a kernel started without a connection file says it is ready to
-        # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
-        wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",
-        # Where the kernel also writes its stream output (cellgate.kernel.outlog).
-        wire.ENV_OUTPUT_LOG: f"{IPC_DIR}/{OUTPUT_LOG}",
-    }
-    if restricted is not None:
-        env[wire.ENV_RESTRICTED] = json.dumps(sorted(restricted))
-    assert set(env) <= ENV_ALLOWLIST
+    """The sandbox's whole environment (``environment.kernel_environment``) as the OCI spec lists it."""
+    env = kernel_environment(limits, reply_wait, restricted, python_path)
     return [f"{k}={v}" for k, v in sorted(env.items())]
 
 

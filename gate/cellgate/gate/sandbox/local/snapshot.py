@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import cellgate.kernel
-from cellgate.gate.sandbox.runsc import Runsc
+from cellgate.gate.sandbox.local.runsc import Runsc
 from cellgate.gate.sandbox.runtime_dir import private_dir
 
 

@@ -1,0 +1,122 @@
+"""The kernel's environment: one neutral function every backend's kernel gets its environment from.
+
+An allowlist, never the host's: the interpreter's paths, where the ``tools``
+package, the connection file and the sockets are inside the sandbox, and the
+limits the kernel applies itself (``cellgate.kernel.wire``'s names). The local
+backend writes it into the OCI spec (``local.oci``); the kubernetes backend
+into the pod's container (``host_files=False``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from cellgate.gate.sandbox.limits import SandboxLimits
+from cellgate.kernel import wire
+
+
+class SandboxRequest(Protocol):
+    """What is read here of ``sandbox.backend.SandboxRequest`` (a Protocol: this module imports no pydantic, and
+    the seam imports this module)."""
+
+    @property
+    def limits(self) -> SandboxLimits: ...
+    @property
+    def reply_wait(self) -> float: ...
+    @property
+    def restricted(self) -> tuple[str, ...] | None: ...
+
+
+CHANNELS: Final = ("shell", "iopub", "stdin", "control", "hb")  # the Jupyter channels a kernel serves
+
+# Paths inside the sandbox, whatever runs it (a pod mounts the same).
+IPC_DIR: Final = "/run/cellgate/ipc"
+CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
+TOOLS_DIR: Final = "/opt/cellgate/tools"
+WORKSPACE: Final = "/workspace"
+SNAPSHOT_READY: Final = "snapshot-ready"
+OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
+
+
+ENV_ALLOWLIST: Final = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "JUPYTER_RUNTIME_DIR",
+        "JUPYTER_PLATFORM_DIRS",
+        "IPYTHONDIR",
+        "MPLCONFIGDIR",
+        "MPLBACKEND",
+        "XDG_CACHE_HOME",
+        "FONTCONFIG_FILE",
+        "TMPDIR",
+        "MALLOC_ARENA_MAX",
+        *wire.KERNEL_ENV,
+    }
+)
+
+
+def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tuple[str, ...] | None,
+                       python_path: Sequence[str] = (), host_files: bool = True) -> dict[str, str]:
+    """The kernel's whole environment (an allowlist, never the host's).
+
+    ``python_path`` holds where the ``cellgate.kernel`` package is in the sandbox, if not on the interpreter's
+    own path; the ``tools`` package is expected at ``TOOLS_DIR``, the connection file at ``CONNECTION_FILE``.
+    ``restricted``: restricted mode's extra allowed imports (None: restricted mode off). ``host_files=False``
+    (a kernel away from this host, e.g. in a pod) leaves out what only a host-backed folder gives: the output log
+    (``ENV_OUTPUT_LOG``: the gate reads it on the host) and the snapshot's ready file (``ENV_SNAPSHOT_READY``:
+    runsc's checkpoints are this host's), and the generated /etc's fonts.conf (``FONTCONFIG_FILE``: an image has
+    its own /etc).
+    """
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKSPACE,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": ":".join([TOOLS_DIR, *python_path]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "IPYTHONDIR": "/tmp/ipython",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "XDG_CACHE_HOME": "/tmp/cache",  # jedi's and parso's caches: the sandbox's tmpfs, never the workspace
+        # The generated /etc's fonts.conf (local.oci.etc_files): without one every matplotlib cell printed
+        # "Fontconfig error: Cannot load default config file" into the record and the model's view.
+        "FONTCONFIG_FILE": "/etc/fonts.conf",
+        "TMPDIR": "/tmp",
+        wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
+        wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
+        wire.ENV_OUTPUT_LIMIT: str(limits.kernel_output_bytes),
+        # glibc reserves 64 MiB of address space per thread arena; under the
+        # RLIMIT_AS cap that would leave room for only a few dozen threads.
+        "MALLOC_ARENA_MAX": "2",
+        # Where a kernel started without a connection file says it is ready to
+        # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
+        wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",
+        # Where the kernel also writes its stream output (cellgate.kernel.outlog).
+        wire.ENV_OUTPUT_LOG: f"{IPC_DIR}/{OUTPUT_LOG}",
+    }
+    if restricted is not None:
+        env[wire.ENV_RESTRICTED] = json.dumps(sorted(restricted))
+    if not host_files:
+        del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY], env["FONTCONFIG_FILE"]
+    assert set(env) <= ENV_ALLOWLIST
+    return dict(sorted(env.items()))
+
+
+def request_environment(request: SandboxRequest, python_path: Sequence[str] = (),
+                        host_files: bool = True) -> dict[str, str]:
+    """``kernel_environment`` with a request's limits, reply wait and restricted mode."""
+    return kernel_environment(request.limits, request.reply_wait, request.restricted, python_path, host_files)
+
+
+__all__ = ["CHANNELS", "CONNECTION_FILE", "ENV_ALLOWLIST", "IPC_DIR", "OUTPUT_LOG", "SNAPSHOT_READY", "TOOLS_DIR", "WORKSPACE",
+           "kernel_environment", "request_environment"]
