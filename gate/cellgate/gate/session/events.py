@@ -94,8 +94,8 @@ class Tasks:
         self.on_failure = on_failure
         self.failure: str | None = None
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], kernel: bool = False) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=getattr(coro, "__qualname__", None))
+    def spawn(self, coro: Coroutine[Any, Any, Any], kernel: bool = False, name: str | None = None) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name or getattr(coro, "__qualname__", None))
         (self._kernel if kernel else self._session).add(task)
         task.add_done_callback(self._done)
         return task

@@ -21,26 +21,22 @@ from jupyter_client.session import Session
 
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import JournalError
-from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
+from cellgate.gate.audit.recorder import CellRecord, output_dict
 from cellgate.gate.calls.protocol import ProtocolError
-from cellgate.gate.session import frontend_replies
 from cellgate.gate.session.bounds import (
     MAX_HEADER_BYTES,
     MAX_METADATA_BYTES,
     MAX_OUTPUT_VALUES,
     MAX_PARSED_CONTENT,
-    OUTPUT_TYPES,
-    content_within,
     json_values,
-    precheck,
-    read_unparsed,
 )
-from cellgate.gate.session.call_relay import CallRelay
-from cellgate.gate.session.cells import Answer, CellQueue, FrontendRequest
-from cellgate.gate.session.events import RelayEvents, Tasks
-from cellgate.gate.session.kernel_watch import KernelWatch
-from cellgate.gate.session.late import LateOutput
-from cellgate.gate.session.subshells import MAX_SUBSHELLS
+from cellgate.gate.session.cells import frontend_replies
+from cellgate.gate.session.cells.queue import CellQueue, FrontendRequest
+from cellgate.gate.session.cells.subshells import MAX_SUBSHELLS
+from cellgate.gate.session.context import SessionContext
+from cellgate.gate.session.kernel.watch import KernelWatch
+from cellgate.gate.session.relay.call_relay import CallRelay
+from cellgate.gate.session.relay.messages import COMM_TYPES, OUTPUT_TYPES, content_within, precheck, read_unparsed
 from cellgate.gate.telemetry import is_traceparent
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET
@@ -49,20 +45,16 @@ MAX_GATE_COMMS = 64
 
 
 class Taps:
-    def __init__(self, recorder: Recorder, cells: CellQueue, calls: CallRelay, kernel: KernelWatch,
-                 events: RelayEvents, tasks: Tasks, late: LateOutput, answer: Answer, front_session: Session,
-                 restricted: bool, output_limit: int) -> None:
-        self.recorder = recorder
+    def __init__(self, ctx: SessionContext, cells: CellQueue, kernel: KernelWatch, calls: CallRelay,
+                 front_session: Session, restricted: bool) -> None:
+        self.recorder = ctx.recorder
+        self.events = ctx.events
         self.cells = cells
-        self.calls = calls
         self.kernel = kernel
-        self.events = events
-        self.tasks = tasks
-        self.late = late
-        self._answer = answer
+        self.calls = calls
         self._front_session = front_session
         self.restricted = restricted
-        self.output_limit = output_limit
+        self.output_limit = cells.output_limit
         self.gate_comms: set[str] = set()
 
     # ------------------------------------------------------------ shell and stdin
@@ -96,7 +88,7 @@ class Taps:
             future = self.cells.results.future(msg_id)  # the caller may not be waiting yet: it finds this one
             if not future.done():
                 future.set_exception(SessionError(error["evalue"]))
-            self.tasks.spawn(self._answer(request.header, request.idents, error))
+            self.cells.answer_soon(request, error)
             return False
         if subshell_id is not None and shell is None:
             self._reject(record, request, frontend_replies.unknown_subshell(subshell_id), "subshell")
@@ -121,7 +113,7 @@ class Taps:
         except Exception as exc:
             self.events.failure(exc)
         self.cells.results.future(record.msg_id).set_result(record)
-        self.tasks.spawn(self._answer(request.header, request.idents, error))
+        self.cells.answer_soon(request, error)
 
     # ------------------------------------------------------------ control
     def control_request(self, frames: list[bytes]) -> list[bytes] | None:
@@ -240,8 +232,7 @@ class Taps:
         msg = session.deserialize(rest, content=False)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return None
-        if self.cells.ledger is not None:
-            self.cells.ledger.seen(msg)  # numbered by the kernel: gaps are lost messages
+        self.kernel.seen(msg)  # numbered by the kernel: gaps are lost messages
         size = len(msg["content"])
         if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
             parsed = None  # small text, huge structure: what it would cost is counted, not paid
@@ -251,13 +242,13 @@ class Taps:
             self._unread(msg, msg_type, size)
             return None
         content = msg["content"] = parsed if isinstance(parsed, dict) else {}
-        if msg_type in ("comm_open", "comm_msg", "comm_close"):
+        if msg_type in COMM_TYPES:
             return self._comm(msg, msg_type, content, len(rest[-1]) if rest else 0)
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         head = self.cells.running_cell(parent_id)
         if head is None:
             if msg_type in OUTPUT_TYPES:
-                self.late.add(asyncio.get_running_loop(), str(parent_id), msg)
+                self.cells.late.add(asyncio.get_running_loop(), str(parent_id), msg)
             return msg
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -298,7 +289,7 @@ class Taps:
             head.output.drop_unread(msg["content"])
             self.events.protocol("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
         elif msg_type in OUTPUT_TYPES:
-            self.late.unread(str(parent_id), size)
+            self.cells.late.unread(str(parent_id), size)
             self.events.protocol("output-over-limit", msg_type=msg_type, size=size, late=True)
         else:
             self.events.protocol("message-too-large", channel="iopub", msg_type=msg_type, size=size,
