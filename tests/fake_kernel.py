@@ -96,7 +96,8 @@ class Frontend:
         for channel, sock in self.sockets.items():
             sock.connect(url(self.info, channel))
 
-    def send(self, channel: str, msg_type: str, content: dict[str, Any], session: Session | None = None) -> dict[str, Any]:
+    def send(self, channel: str, msg_type: str, content: dict[str, Any],
+             session: Session | None = None) -> dict[str, Any]:
         msg = (session or self.session).msg(msg_type, content)
         (session or self.session).send(self.sockets[channel], msg)
         return msg
