@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import zmq
 import zmq.asyncio
+from fake_kernel import Backend, Kernel, url
 
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.session.context import SessionContext
 from cellgate.gate.session.kernel.overflow import OVERFLOW_EVENTS, monitor_socket, watch_overflow
 from cellgate.gate.session.kernel.watch import KernelEnd, KernelWatch
-from fake_kernel import Backend, Kernel, url
 
 
 class Listener:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_kernel import Backend, Frontend, Kernel, iopub_connected, signer
 
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import Journal
@@ -23,7 +24,6 @@ from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.session.cells.queue import CellTimeouts
 from cellgate.gate.session.relay.relay import Relay
-from fake_kernel import Backend, Frontend, Kernel, iopub_connected, signer
 
 
 @dataclass
