@@ -1,4 +1,4 @@
-"""The relay's journal events, and the tasks it owns.
+"""The session's journal events, and the task group that owns its tasks.
 
 ``RelayEvents`` journals what happens to a kernel and what it sends: hostile
 or malformed input is bounded per kind (a flood cannot fill the disk), and a

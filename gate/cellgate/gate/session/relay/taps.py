@@ -7,7 +7,7 @@
   bound is answered by the host);
 - the kernel's ``execute_reply`` and idle status end the running cell they name;
 - an ``input_request`` reaches frontends only while the cell it names runs and allowed stdin;
-- IOPub is bounded before it is parsed (``bounds``); tool calls on the gate's
+- IOPub is bounded before it is parsed (``messages``); tool calls on the gate's
   comms go to ``CallRelay`` and never reach frontends; outputs are captured
   for the running cell, or kept with the ended cell whose work printed them.
 """
