@@ -17,8 +17,8 @@ from conftest import SAMPLE_TOOLS, cellgate
 from jupyter_client import BlockingKernelClient, KernelManager
 
 from cellgate.gate.audit.calls_view import CALLS_MIME, is_host_output
-from cellgate.gate.session.notices import DISPLAY_PREFIX
-from cellgate.gate.session.subshells import MAX_SUBSHELLS
+from cellgate.gate.session.cells.subshells import MAX_SUBSHELLS
+from cellgate.gate.session.relay.notices import DISPLAY_PREFIX
 
 WAIT = 120.0
 

@@ -24,7 +24,8 @@ from cellgate.gate.calls.approval import ApprovalRequest, describe_request
 from cellgate.gate.calls.dispatch import CallRecord
 from cellgate.gate.review.report import render
 from cellgate.gate.review.show import show
-from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, RefusalLedger, json_values
+from cellgate.gate.session.bounds import MAX_OUTPUT_VALUES, json_values
+from cellgate.gate.session.cells.refusals import RefusalLedger
 
 # CPU or wall time counts here: never beside another such test (tests/conftest.py, the xdist groups).
 pytestmark = pytest.mark.xdist_group("cpu")

@@ -21,10 +21,9 @@ from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.session.bounds import HostBounds
-from cellgate.gate.session.cells import CellQueue, CellTimeouts, FrontendRequest
-from cellgate.gate.session.events import RelayEvents, Tasks
-from cellgate.gate.session.subshells import MAX_SUBSHELLS, Subshells
+from cellgate.gate.session.cells.queue import CellQueue, CellTimeouts, FrontendRequest
+from cellgate.gate.session.cells.subshells import MAX_SUBSHELLS, Subshells
+from cellgate.gate.session.context import SessionContext
 
 
 class Kernel:
@@ -43,6 +42,12 @@ class Kernel:
 
     def cpu_source(self) -> CpuSource:
         return CpuSource(None, None)
+
+    def output_received(self, msg_id: str, output: dict[str, Any]) -> None:
+        pass
+
+    def outputs_lost(self) -> int:
+        return 0
 
 
 @pytest.fixture()
@@ -76,8 +81,8 @@ class HeldApprover(Approver):
         self.asked.clear()
 
 
-def queue_of(recorder: Recorder, timeouts: CellTimeouts = CellTimeouts(),
-             approver: Approver | None = None) -> tuple[CellQueue, list[dict[str, Any]]]:
+def queue_of(recorder: Recorder, timeouts: CellTimeouts = CellTimeouts(), approver: Approver | None = None,
+             kernel: Kernel | None = None) -> tuple[CellQueue, list[dict[str, Any]]]:
     echo = Tool("echo", "", {"type": "object", "properties": {"text": {"type": "string"}}}, lambda text: text)
     policy = Policy.model_validate({"default": "allow", "tools": {"echo": {"max_calls_per_cell": 1},
                                                                   "add": {"decision": "approve"}}})
@@ -92,7 +97,7 @@ def queue_of(recorder: Recorder, timeouts: CellTimeouts = CellTimeouts(),
         answered.append({"msg_id": header["msg_id"], **error})  # noted when the queue asks, not when it is sent
         return sent()
 
-    cells = CellQueue(recorder, dispatcher, RelayEvents(recorder), Tasks(), timeouts, HostBounds(), 1 << 20, answer)
+    cells = CellQueue(SessionContext.create(recorder), dispatcher, kernel or Kernel(), timeouts, 1 << 20, answer)
     return cells, answered
 
 
@@ -112,7 +117,6 @@ def end(cells: CellQueue, msg_id: str) -> None:
 def test_each_shell_runs_its_own_head_and_a_claim_counts_only_for_a_running_cell(recorder: Recorder) -> None:
     async def scenario() -> None:
         cells, _ = queue_of(recorder)
-        cells.kernel = Kernel()
         assert cells.subshells.may_create("create-1")
         assert cells.subshells.created("create-1", {"status": "ok", "subshell_id": "sub"}) == "sub"
         send(cells, recorder, "main-a")
@@ -165,7 +169,6 @@ def test_an_approval_waiting_in_a_subshell_cell_dies_with_that_cell_and_the_main
     async def scenario() -> list[Any]:
         approver = HeldApprover()
         cells, _ = queue_of(recorder, approver=approver)
-        cells.kernel = Kernel()
         cells.subshells.may_create("create-1")
         cells.subshells.created("create-1", {"status": "ok", "subshell_id": "sub"})
         send(cells, recorder, "main-a")
@@ -193,9 +196,8 @@ def test_an_approval_waiting_in_a_subshell_cell_dies_with_that_cell_and_the_main
 
 def test_a_subshell_cell_past_its_timeout_is_not_interrupted_but_stopped_with_the_kernel(recorder: Recorder) -> None:
     async def scenario() -> tuple[Kernel, list[dict[str, Any]]]:
-        cells, answered = queue_of(recorder, CellTimeouts(cell=0.0, interrupt_grace=0.0))
         kernel = Kernel()
-        cells.kernel = kernel
+        cells, answered = queue_of(recorder, CellTimeouts(cell=0.0, interrupt_grace=0.0), kernel=kernel)
         cells.subshells.may_create("create-1")
         cells.subshells.created("create-1", {"status": "ok", "subshell_id": "sub"})
         send(cells, recorder, "sub-c", "sub")
@@ -214,7 +216,6 @@ def test_a_subshell_cell_past_its_timeout_is_not_interrupted_but_stopped_with_th
 def test_a_deleted_subshell_never_runs_the_cells_queued_on_it(recorder: Recorder) -> None:
     async def scenario() -> list[dict[str, Any]]:
         cells, answered = queue_of(recorder)
-        cells.kernel = Kernel()
         cells.subshells.may_create("create-1")
         cells.subshells.created("create-1", {"status": "ok", "subshell_id": "sub"})
         send(cells, recorder, "sub-1", "sub")
@@ -278,7 +279,6 @@ def recorded(recorder: Recorder) -> list[tuple[str, str | None, str]]:
 def test_replies_read_ahead_of_iopub_each_end_their_own_cell(recorder: Recorder) -> None:
     async def scenario() -> None:
         cells, _ = queue_of(recorder)
-        cells.kernel = Kernel()
         for msg_id in "abc":
             send(cells, recorder, msg_id)
         assert reply(cells, "a") and reply(cells, "b") and reply(cells, "c")  # before IOPub says a word
@@ -297,7 +297,6 @@ def test_replies_read_ahead_of_iopub_each_end_their_own_cell(recorder: Recorder)
 def test_iopub_read_ahead_of_replies_is_the_next_cells_and_replies_are_taken_in_order(recorder: Recorder) -> None:
     async def scenario() -> None:
         cells, _ = queue_of(recorder)
-        cells.kernel = Kernel()
         for msg_id in "abc":
             send(cells, recorder, msg_id)
         assert not iopub(cells, "b")  # not running yet: a has not gone idle
@@ -323,9 +322,8 @@ def test_iopub_read_ahead_of_replies_is_the_next_cells_and_replies_are_taken_in_
 def test_a_cell_the_kernel_went_idle_after_but_never_answered_times_out_without_an_interrupt(
         recorder: Recorder) -> None:
     async def scenario() -> Kernel:
-        cells, _ = queue_of(recorder, CellTimeouts(cell=0.2, interrupt_grace=0.0))
         kernel = Kernel()
-        cells.kernel = kernel
+        cells, _ = queue_of(recorder, CellTimeouts(cell=0.2, interrupt_grace=0.0), kernel=kernel)
         send(cells, recorder, "a")
         assert iopub(cells, "a", "A\n")  # and no execute_reply, ever
         await asyncio.wait_for(asyncio.wrap_future(cells.results.future("a")), 10)

@@ -73,7 +73,7 @@ class CallLog(Protocol):
 
 
 class RefusalBudget(Protocol):
-    """A cell's budget of refused calls (``session.bounds.RefusalLedger``)."""
+    """A cell's budget of refused calls (``session.cells.refusals.RefusalLedger``)."""
 
     @property
     def budget(self) -> int: ...

@@ -289,7 +289,6 @@ async def attended(session: Any, stop: asyncio.Event, say: Callable[[str], None]
     `jupyter console --existing` cannot; set again while the same cell still
     runs, or with none running, it ends the wait. Returns what ended it.
     """
-    cells = session.provisioner.started.service.cells  # the relay's queue: its head is the running cell
     kernel_gone = asyncio.ensure_future(session.provisioner.wait())
     interrupted = None
     try:
@@ -301,7 +300,7 @@ async def attended(session: Any, stop: asyncio.Event, say: Callable[[str], None]
                 return (f"the kernel exited (exit code {kernel_gone.result()}; `exit` or `quit` in jupyter console "
                         f"shuts it down); replay ended")
             stop.clear()
-            running = cells.running()
+            running = await session.provisioner.running_cell()
             if running is None or running is interrupted:
                 return "replay ended (Ctrl-C)"
             interrupted = running
@@ -369,7 +368,7 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
                       gate_factory=factory, metadata=origin)
     await session.start()
     try:
-        gate = session.provisioner.service.dispatcher  # type: ignore[union-attr]
+        gate = session.provisioner.gate
         assert isinstance(gate, ReplayGate)  # made by `factory`
         limit = settings.sandbox.file_limit_mb << 20
         for index, recorded in enumerate(cells, start=1):

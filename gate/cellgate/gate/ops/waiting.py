@@ -1,7 +1,7 @@
 """``cellgate exec`` and ``cellgate run``: the notices of calls waiting for approval, printed on stderr.
 
 The printer is a client of the session's IOPub like any frontend, and prints
-the text of the host's notices (``session.notices``: display ids the relay
+the text of the host's notices (``session.relay.notices``: display ids the relay
 keeps from the kernel), so a terminal shows what a notebook shows.
 """
 
@@ -26,7 +26,7 @@ ASK_AGAIN = 0.5  # seconds before a kernel_info whose status did not arrive is s
 
 def notice_text(msg: dict[str, Any]) -> str | None:
     """The text of a host notice on IOPub, or None for any other message."""
-    from cellgate.gate.session.notices import DISPLAY_PREFIX
+    from cellgate.gate.session.relay.notices import DISPLAY_PREFIX
 
     if msg.get("msg_type") not in ("display_data", "update_display_data"):
         return None
@@ -53,14 +53,27 @@ async def waiting_notices(session: Session) -> AsyncIterator[None]:
     try:
         with contextlib.suppress(TimeoutError):  # notices are a courtesy: never a reason for the run to fail
             await _subscribed(client)
-        printer = asyncio.create_task(_print(client))
-        try:
+        async with printing(client):
             yield
-        finally:
-            printer.cancel()
-            await asyncio.gather(printer, return_exceptions=True)
     finally:
         client.stop_channels()
+
+
+@contextlib.asynccontextmanager
+async def printing(client: Any) -> AsyncIterator[None]:
+    """Print ``client``'s notices while the block runs. A printer that failed is said on stderr when the block
+    ends (notices are a courtesy: its failure never fails the run, nor is it dropped)."""
+    printer = asyncio.create_task(_print(client), name="cellgate-waiting-notices")
+    try:
+        yield
+    finally:
+        printer.cancel()
+        await asyncio.wait([printer])  # a cancellation of this task still reaches it
+        failed = None if printer.cancelled() else printer.exception()
+        if failed is not None:
+            sys.stderr.write(f"cellgate: the notices of calls waiting for approval stopped: "
+                             f"{type(failed).__name__}: {failed}\n")
+            sys.stderr.flush()
 
 
 async def _subscribed(client: Any) -> None:

@@ -1,4 +1,4 @@
-"""The relay's journal events, and the tasks it owns.
+"""The session's journal events, and the task group that owns its tasks.
 
 ``RelayEvents`` journals what happens to a kernel and what it sends: hostile
 or malformed input is bounded per kind (a flood cannot fill the disk), and a
@@ -94,8 +94,8 @@ class Tasks:
         self.on_failure = on_failure
         self.failure: str | None = None
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], kernel: bool = False) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=getattr(coro, "__qualname__", None))
+    def spawn(self, coro: Coroutine[Any, Any, Any], kernel: bool = False, name: str | None = None) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name or getattr(coro, "__qualname__", None))
         (self._kernel if kernel else self._session).add(task)
         task.add_done_callback(self._done)
         return task

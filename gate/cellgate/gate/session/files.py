@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from cellgate.gate.audit.recorder import Recorder
     from cellgate.gate.config import Settings
     from cellgate.gate.session.events import RelayEvents
-    from cellgate.gate.session.kernel_watch import KernelWatch
+    from cellgate.gate.session.kernel.watch import KernelWatch
 
 SANDBOX_ROOTS = (WORKSPACE, "/tmp")
 MAX_PATH_CHARS = 4096

@@ -97,6 +97,10 @@ class LaunchOptions:
     gate_factory: GateFactory = Dispatcher
     recorder_factory: RecorderFactory = Recorder
     journal_factory: JournalFactory = Journal
+    # Told by the relay, on its thread: a frontend's shutdown_request (its content), and the kernel's end (as
+    # journalled: kernel-exited, kernel-died or kernel-killed). The kernelspec's launcher ends on them.
+    on_shutdown: Callable[[dict[str, Any]], None] | None = None
+    on_kernel_end: Callable[[str], None] | None = None
 
 
 def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:

@@ -33,7 +33,6 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ from cellgate.gate._startup import defer_slow_imports
 defer_slow_imports()  # first: nbformat's jsonschema would load its slow format checkers at import (seconds)
 
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
-from typing_extensions import override
 
 from cellgate.gate._errors import CellgateError, ConfigError, JournalError
 from cellgate.gate.audit.journal import Journal
@@ -61,8 +59,6 @@ from cellgate.gate.session.provisioner import GVisorProvisioner
 
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 MAX_CONNECTION_FILE_BYTES = 64 << 10
-# The journal events that say the kernel's process ended (kernel_watch).
-KERNEL_ENDS = frozenset({"kernel-exited", "kernel-died", "kernel-killed"})
 # Why the next launcher's kernel was restarted, by how the last one ended (None: it stopped without saying).
 RESTART_REASONS: dict[Ending | None, str] = {"restart": "frontend", "kernel-died": "kernel-died",
                                              "kernel-killed": "kernel-killed", "stopped": "stopped",
@@ -104,20 +100,6 @@ def read_connection_file(path: Path) -> dict[str, Any]:
     return info
 
 
-class WatchedRecorder(Recorder):
-    """The session's recorder; it tells the launcher once the kernel's end is on record."""
-
-    kernel_ended: Callable[[str], object] | None = None  # called with the event's name, from the relay's thread
-
-    @override
-    def event(self, event: str, *, sync: bool | None = None, **data: Any) -> None:
-        try:
-            super().event(event, sync=sync, **data)
-        finally:
-            if event in KERNEL_ENDS and self.kernel_ended is not None:
-                self.kernel_ended(event)
-
-
 class RecordChoice:
     """Continue the previous launcher's record, or start a new one that names it (the session's factories)."""
 
@@ -126,7 +108,6 @@ class RecordChoice:
         self.reason = reason
         self.link = not_continued  # why a previous record was not continued, for the new one's metadata
         self.continued = False
-        self.kernel_ended: Callable[[str], object] | None = None  # handed to each recorder as it is made
 
     def recorder(self, notebook_path: Path, session_metadata: dict[str, Any],
                  open_journal: Any = Journal) -> Recorder:
@@ -135,16 +116,12 @@ class RecordChoice:
             changed = setup_changes(previous.metadata, session_metadata)
             if not changed:
                 self.continued = True
-                recorder = resume(previous, self.reason, WatchedRecorder, open_journal)
-                recorder.kernel_ended = self.kernel_ended
-                return recorder
+                return resume(previous, self.reason, Recorder, open_journal)
             self.link = {"path": str(previous.notebook), "restart": self.reason,
                          "not_continued": f"the session's setup changed: {', '.join(changed)}"}
             say(f"not continuing {previous.notebook}: {self.link['not_continued']}")
         metadata = {**session_metadata, "previous_notebook": self.link} if self.link else session_metadata
-        fresh = WatchedRecorder(notebook_path, metadata, open_journal=open_journal)
-        fresh.kernel_ended = self.kernel_ended
-        return fresh
+        return Recorder(notebook_path, metadata, open_journal=open_journal)
 
     def gate(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
              session_id: str, call_timeout: float) -> Dispatcher:
@@ -174,17 +151,18 @@ class Launcher:
         self.info = read_connection_file(connection_file)
         self.state_path = launcher_state.state_path(connection_file)
         self.done = asyncio.Event()
-        self.kernel_end: str | None = None  # the journal event of the kernel's end
+        self.kernel_end: str | None = None  # how the kernel ended, as journalled (the relay's on_kernel_end)
         self.shutdown: dict[str, Any] | None = None  # the frontend's shutdown_request content
         self.provisioner: GVisorProvisioner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._interrupts: set[asyncio.Task[None]] = set()  # each awaited before the launcher ends
 
     async def serve(self) -> int:
         with ExitStack() as stack:
             self._lock(stack)
             trusted, state = self._load_state()
             choice = choose_record(state, self.connection_file)
-            loop = asyncio.get_running_loop()
-            choice.kernel_ended = lambda event: loop.call_soon_threadsafe(self._kernel_ended, event)
+            self._loop = loop = asyncio.get_running_loop()
             private = stack.enter_context(tempfile.TemporaryDirectory(prefix="cellgate-launcher-"))
             self._signals(loop)
             km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=CellgateSpecManager(),
@@ -192,7 +170,10 @@ class Launcher:
             # The provisioner's own copy of the connection file: the frontend's is never rewritten or removed.
             km.connection_file = str(Path(private, "connection.json"))
             km.load_connection_info(self.info)  # type: ignore[arg-type]
-            options = LaunchOptions(recorder_factory=choice.recorder, gate_factory=choice.gate)
+            # The relay tells this launcher (on its thread) of a frontend's shutdown_request and of the kernel's end.
+            options = LaunchOptions(recorder_factory=choice.recorder, gate_factory=choice.gate,
+                                    on_shutdown=self._shutdown_requested,
+                                    on_kernel_end=self._kernel_ended_soon)
             try:
                 await km.start_kernel(cellgate=options, cwd=os.getcwd())
             except BaseException:
@@ -207,8 +188,8 @@ class Launcher:
             if trusted:
                 launcher_state.save(self.state_path, LaunchState(str(self.connection_file.resolve()), str(notebook),
                                                                  None))
-            started.service.on_shutdown = self._shutdown_requested
             await self.done.wait()
+            await asyncio.gather(*self._interrupts)  # each reports its own failure
             ending = self._ending()
             if trusted:  # first: the frontend kills a kernel process that takes long to exit
                 self._save_ending(ending, notebook)
@@ -221,6 +202,11 @@ class Launcher:
     def _shutdown_requested(self, content: dict[str, Any]) -> None:
         """A frontend asked the kernel to shut down (on the relay's thread); the relay expects the exit."""
         self.shutdown = content
+
+    def _kernel_ended_soon(self, event: str) -> None:
+        """The relay says the kernel's process ended (on its thread): the launcher ends on its own loop."""
+        assert self._loop is not None  # the relay starts within serve()
+        self._loop.call_soon_threadsafe(self._kernel_ended, event)
 
     def _kernel_ended(self, event: str) -> None:
         self.kernel_end = event
@@ -263,9 +249,18 @@ class Launcher:
 
     def _interrupt(self) -> None:
         """SIGINT: interrupt the running cell (Jupyter may send it); it never ends the launcher."""
-        service = self.provisioner.service if self.provisioner is not None else None
-        if service is not None:
-            asyncio.get_running_loop().run_in_executor(None, service.interrupt)
+        if self.provisioner is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._interrupt_cell(self.provisioner))
+        self._interrupts.add(task)
+        task.add_done_callback(self._interrupts.discard)
+
+    @staticmethod
+    async def _interrupt_cell(provisioner: GVisorProvisioner) -> None:
+        try:
+            await provisioner.interrupt()
+        except Exception as exc:  # the launcher goes on; the interrupt's failure is said, never dropped
+            say(f"the interrupt failed: {type(exc).__name__}: {exc}")
 
     def _lock(self, stack: ExitStack) -> None:
         """Lock the connection file for the process's life: one launcher serves a kernel (and writes its record)."""

@@ -63,8 +63,11 @@ class Pool:
             await session.start()
         except BaseException as exc:
             self._slots.release()
+            if not isinstance(exc, Exception):
+                raise  # cancelled (close) or the process is ending
+            # Owned, not raised into a task nobody reads: wait_warm raises it and acquire's PoolExhausted names it.
             self._errors.append(exc)
-            raise
+            return
         if self._closed:
             await self._discard(session)
             return

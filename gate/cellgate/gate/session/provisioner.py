@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import secrets
 import signal
 import uuid
@@ -27,9 +28,11 @@ from typing_extensions import override
 
 from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate.audit.record_paths import refuse_existing
-from cellgate.gate.audit.recorder import Recorder
+from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
+from cellgate.gate.calls.direct import DirectResult
+from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
@@ -41,7 +44,7 @@ from cellgate.gate.session.launch import (
     session_metadata,
     settings_for,
 )
-from cellgate.gate.session.relay import CellTimeouts, Relay
+from cellgate.gate.session.relay.relay import CellTimeouts, Relay
 from cellgate.gate.telemetry import load_telemetry
 
 
@@ -73,6 +76,7 @@ class GVisorProvisioner(LocalProvisioner):
         self.handle: SandboxHandle | None = None  # the running kernel's sandbox, replaced on each launch
         self._launching = False  # a launch was tried (and may have failed) since the last cleanup
         self._started: Started | None = None
+        self._abandoned: set[asyncio.Future[None]] = set()  # deletions of sandboxes whose launch was given up
 
     @property
     def started(self) -> Started:
@@ -170,6 +174,7 @@ class GVisorProvisioner(LocalProvisioner):
             trusted_mime=tuple(settings.frontend.trusted_mime), allow_comms=settings.frontend.allow_comms,
             bounds=HostBounds(max_message_bytes=box.max_message_mb << 20,
                               max_refusals_per_cell=box.max_refusals_per_cell),
+            on_shutdown=options.on_shutdown, on_kernel_end=options.on_kernel_end,
         )
         service.start()
         return recorder, service
@@ -189,18 +194,59 @@ class GVisorProvisioner(LocalProvisioner):
         self.pid = handle.process.pid if handle.process else None
         return self.connection_info.copy()
 
-    @staticmethod
-    async def _start_sandbox(backend: SandboxBackend, request: SandboxRequest) -> SandboxHandle:
-        """``backend.start`` in a thread; a sandbox that starts after the launch was given up is deleted."""
+    async def _start_sandbox(self, backend: SandboxBackend, request: SandboxRequest) -> SandboxHandle:
+        """``backend.start`` in a thread; a sandbox that starts after the launch was given up is deleted (by a task
+        the provisioner owns: ``cleanup`` awaits it and raises its failure)."""
         starting = asyncio.ensure_future(asyncio.to_thread(backend.start, request))
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:
-            def abandon(done: asyncio.Future[SandboxHandle]) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    asyncio.get_running_loop().run_in_executor(None, backend.delete, done.result())
-            starting.add_done_callback(abandon)
+            self._abandoned.add(asyncio.ensure_future(delete_when_started(backend, starting)))
             raise
+
+    async def _settle_abandoned(self) -> None:
+        """Wait for the deletion of every sandbox whose launch was given up; a deletion that failed is raised."""
+        abandoned, self._abandoned = self._abandoned, set()
+        failures = [r for r in await asyncio.gather(*abandoned, return_exceptions=True) if isinstance(r, Exception)]
+        if failures:
+            raise SessionError(f"a sandbox whose launch was given up could not be deleted: "
+                               f"{type(failures[0]).__name__}: {failures[0]}") from failures[0]
+
+    # ------------------------------------------------------------ the session's own calls (not attribute chains)
+    async def interrupt(self) -> None:
+        """Interrupt the running cell with an interrupt_request on control (as a notebook's interrupt does)."""
+        await asyncio.to_thread(self.started.service.interrupt)
+
+    async def call_direct(self, tool: str, args: dict[str, Any]) -> DirectResult:
+        """A tool call the model makes on its own turn: gated and recorded as a ``direct`` cell."""
+        return await asyncio.wrap_future(self.started.service.call_direct(tool, args))
+
+    def claim(self, principal: str) -> None:
+        """Whom the session acts for, said once (``Session.claim``)."""
+        self.started.service.claim(principal)
+
+    def result_future(self, msg_id: str) -> concurrent.futures.Future[CellRecord]:
+        """A future resolved with the record of the cell the frontend's ``msg_id`` starts."""
+        return self.started.service.result_future(msg_id)
+
+    def forget_result(self, msg_id: str) -> None:
+        self.started.service.forget_result(msg_id)
+
+    def expect_command(self, msg_id: str, argv: list[str], code: str) -> None:
+        """The cell ``msg_id`` is ``Session.run_command``'s for ``argv``: recorded as that command."""
+        self.started.service.taps.commands.expect(msg_id, argv, code)
+
+    def forget_command(self, msg_id: str) -> None:
+        self.started.service.taps.commands.forget(msg_id)
+
+    async def running_cell(self) -> str | None:
+        """The running cell, as a key of its own run, or None when none runs."""
+        return await asyncio.to_thread(self.started.service.running_cell)
+
+    @property
+    def gate(self) -> Dispatcher:
+        """The session's gate (a ``gate_factory``'s, when one was given)."""
+        return self.started.service.dispatcher
 
     # A backend without a host process standing for the kernel is asked how its kernel is.
     @property
@@ -255,8 +301,11 @@ class GVisorProvisioner(LocalProvisioner):
     @override
     async def cleanup(self, restart: bool = False) -> None:
         """Called after the kernel stopped: drop the sandbox; end the record unless restarting."""
-        await asyncio.to_thread(self._end, restart)
-        await super().cleanup(restart=restart)
+        try:
+            await asyncio.to_thread(self._end, restart)
+            await super().cleanup(restart=restart)
+        finally:
+            await self._settle_abandoned()
 
     def _end(self, restart: bool) -> None:
         started = self._started
@@ -295,3 +344,12 @@ class GVisorProvisioner(LocalProvisioner):
     @override
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         return max(recommended, 10.0)
+
+
+async def delete_when_started(backend: SandboxBackend, starting: asyncio.Future[SandboxHandle]) -> None:
+    """Delete the sandbox a given-up launch still started (a start that failed left none)."""
+    try:
+        handle = await starting
+    except Exception:
+        return  # nothing started; the launch that wanted it was already given up
+    await asyncio.to_thread(backend.delete, handle)

@@ -274,18 +274,15 @@ class Session:
     def claim(self, principal: str) -> None:
         """Whom this session acts for (``cellgate mcp serve``'s authenticated principal), said once, before its
         first cell: policy rules that name ``principals`` match its calls from then on."""
-        dispatcher = self.provisioner.started.service.dispatcher
-        if dispatcher.principal not in (None, principal):
-            raise SessionError(f"this session acts for {dispatcher.principal!r}, not {principal!r}")
-        dispatcher.principal = principal
+        self.provisioner.claim(principal)
 
     async def call_tool(self, tool: str, args: dict[str, Any]) -> DirectResult:
         """Call a tool from the host, as a model's direct tool use: gated and recorded as a ``direct`` cell."""
-        return await asyncio.wrap_future(self.provisioner.started.service.call_direct(tool, args))
+        return await self.provisioner.call_direct(tool, args)
 
     async def interrupt(self) -> None:
         """Interrupt the running cell (as Ctrl-C in a notebook does); it ends ``interrupted``."""
-        await asyncio.to_thread(self.provisioner.started.service.interrupt)
+        await self.provisioner.interrupt()
 
     async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None,
                       on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
@@ -319,8 +316,9 @@ class Session:
                        argv: list[str] | None = None) -> CellRecord:
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
-        started = self.provisioner.started
-        service, box = started.service, started.settings.sandbox
+        provisioner = self.provisioner
+        started = provisioner.started
+        box = started.settings.sandbox
         if self._client is None:
             raise SessionError(NOT_STARTED)
         # As KernelClient.execute sends it, with the metadata it has no parameter for; made first, so that its
@@ -331,7 +329,7 @@ class Session:
             "allow_stdin": False, "stop_on_error": True}, metadata=metadata)
         msg_id = msg["header"]["msg_id"]
         if argv is not None:  # recorded as the command it is, not as the code the host generated for it
-            service.taps.commands.expect(msg_id, argv, code)
+            provisioner.expect_command(msg_id, argv, code)
         unfollow = None
         if on_output is not None:
             loop, told = asyncio.get_running_loop(), on_output
@@ -341,15 +339,15 @@ class Session:
                 loop.call_soon_threadsafe(told, output)
 
             unfollow = started.recorder.follow(msg_id, follower)
-        future = service.result_future(msg_id)
+        future = provisioner.result_future(msg_id)
         self._client.shell_channel.send(msg)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
         try:
             async with asyncio.timeout(limit):  # not wait_for: see calls.dispatch._run
                 record = await asyncio.wrap_future(future)
         finally:
-            service.forget_result(msg_id)
-            service.taps.commands.forget(msg_id)
+            provisioner.forget_result(msg_id)
+            provisioner.forget_command(msg_id)
             if unfollow is not None:
                 unfollow()
         await self._drain_replies()

@@ -7,7 +7,7 @@
   bound is answered by the host);
 - the kernel's ``execute_reply`` and idle status end the running cell they name;
 - an ``input_request`` reaches frontends only while the cell it names runs and allowed stdin;
-- IOPub is bounded before it is parsed (``bounds``); tool calls on the gate's
+- IOPub is bounded before it is parsed (``messages``); tool calls on the gate's
   comms go to ``CallRelay`` and never reach frontends; outputs are captured
   for the running cell, or kept with the ended cell whose work printed them.
 """
@@ -21,28 +21,24 @@ from jupyter_client.session import Session
 
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import JournalError
-from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
+from cellgate.gate.audit.recorder import CellRecord, output_dict
 from cellgate.gate.calls.protocol import ProtocolError
-from cellgate.gate.session import frontend_replies
 from cellgate.gate.session.bounds import (
     MAX_HEADER_BYTES,
     MAX_METADATA_BYTES,
     MAX_OUTPUT_VALUES,
     MAX_PARSED_CONTENT,
-    OUTPUT_TYPES,
-    content_within,
     json_values,
-    precheck,
-    read_unparsed,
 )
-from cellgate.gate.session.call_relay import CallRelay
-from cellgate.gate.session.cells import Answer, CellQueue, FrontendRequest
+from cellgate.gate.session.cells import frontend_replies
+from cellgate.gate.session.cells.queue import CellQueue, FrontendRequest
+from cellgate.gate.session.cells.subshells import MAX_SUBSHELLS
 from cellgate.gate.session.commands import PendingCommands, command_source
-from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.context import SessionContext
 from cellgate.gate.session.files import FileRelay
-from cellgate.gate.session.kernel_watch import KernelWatch
-from cellgate.gate.session.late import LateOutput
-from cellgate.gate.session.subshells import MAX_SUBSHELLS
+from cellgate.gate.session.kernel.watch import KernelWatch
+from cellgate.gate.session.relay.call_relay import CallRelay
+from cellgate.gate.session.relay.messages import COMM_TYPES, OUTPUT_TYPES, content_within, precheck, read_unparsed
 from cellgate.gate.telemetry import is_traceparent
 from cellgate.kernel import restricted
 from cellgate.kernel.wire import COMM_TARGET, FILES_TARGET
@@ -51,23 +47,19 @@ MAX_GATE_COMMS = 64
 
 
 class Taps:
-    def __init__(self, recorder: Recorder, cells: CellQueue, calls: CallRelay, kernel: KernelWatch,
-                 events: RelayEvents, tasks: Tasks, late: LateOutput, answer: Answer, front_session: Session,
-                 restricted: bool, output_limit: int) -> None:
-        self.recorder = recorder
+    def __init__(self, ctx: SessionContext, cells: CellQueue, kernel: KernelWatch, calls: CallRelay,
+                 files: FileRelay, front_session: Session, restricted: bool) -> None:
+        self.recorder = ctx.recorder
+        self.events = ctx.events
         self.cells = cells
-        self.calls = calls
         self.kernel = kernel
-        self.events = events
-        self.tasks = tasks
-        self.late = late
-        self._answer = answer
+        self.calls = calls
         self._front_session = front_session
         self.restricted = restricted
-        self.output_limit = output_limit
+        self.output_limit = cells.output_limit
         self.gate_comms: set[str] = set()
         self.commands = PendingCommands()  # cells the session sent as commands (``Session.run_command``)
-        self.files: FileRelay | None = None  # the kernel's answers to file requests (``Session.upload``), if any
+        self.files = files  # the kernel's answers to file requests (``Session.upload``, ``download``)
 
     # ------------------------------------------------------------ shell and stdin
     def request(self, frames: list[bytes]) -> bool:
@@ -103,7 +95,7 @@ class Taps:
             future = self.cells.results.future(msg_id)  # the caller may not be waiting yet: it finds this one
             if not future.done():
                 future.set_exception(SessionError(error["evalue"]))
-            self.tasks.spawn(self._answer(request.header, request.idents, error))
+            self.cells.answer_soon(request, error)
             return False
         if subshell_id is not None and shell is None:
             self._reject(record, request, frontend_replies.unknown_subshell(subshell_id), "subshell")
@@ -128,7 +120,7 @@ class Taps:
         except Exception as exc:
             self.events.failure(exc)
         self.cells.results.future(record.msg_id).set_result(record)
-        self.tasks.spawn(self._answer(request.header, request.idents, error))
+        self.cells.answer_soon(request, error)
 
     # ------------------------------------------------------------ control
     def control_request(self, frames: list[bytes]) -> list[bytes] | None:
@@ -247,8 +239,7 @@ class Taps:
         msg = session.deserialize(rest, content=False)
         if msg["header"].get("msg_type") != msg_type:  # pragma: no cover - same bytes parsed twice
             return None
-        if self.cells.ledger is not None:
-            self.cells.ledger.seen(msg)  # numbered by the kernel: gaps are lost messages
+        self.kernel.seen(msg)  # numbered by the kernel: gaps are lost messages
         size = len(msg["content"])
         if msg_type in OUTPUT_TYPES and json_values(msg["content"]) > MAX_OUTPUT_VALUES:
             parsed = None  # small text, huge structure: what it would cost is counted, not paid
@@ -258,13 +249,13 @@ class Taps:
             self._unread(msg, msg_type, size)
             return None
         content = msg["content"] = parsed if isinstance(parsed, dict) else {}
-        if msg_type in ("comm_open", "comm_msg", "comm_close"):
+        if msg_type in COMM_TYPES:
             return self._comm(msg, msg_type, content, len(rest[4]))
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         head = self.cells.running_cell(parent_id)
         if head is None:
             if msg_type in OUTPUT_TYPES:
-                self.late.add(asyncio.get_running_loop(), str(parent_id), msg)
+                self.cells.late.add(asyncio.get_running_loop(), str(parent_id), msg)
             return msg
         if msg_type == "status":
             if content.get("execution_state") == "idle":
@@ -282,14 +273,14 @@ class Taps:
         """The gate's own comms carry tool calls and never reach frontends; other comms pass (relaywire decides)."""
         comm_id = str(content.get("comm_id"))
         files = self.files
-        if files is not None and msg_type == "comm_open" and content.get("target_name") == FILES_TARGET:
+        if msg_type == "comm_open" and content.get("target_name") == FILES_TARGET:
             files.opened(comm_id)
             return None
-        if files is not None and comm_id in files.comms:
+        if comm_id in files.comms:
             if msg_type == "comm_msg":
                 files.on_message(content.get("data"), list(msg.get("buffers") or []))
             return None
-        if msg.get("buffers"):  # only file comms carry bytes (bounds.precheck)
+        if msg.get("buffers"):  # only file comms carry bytes (relay.messages.precheck)
             self.events.protocol("call-rejected", reason=f"comm message with {len(msg['buffers'])} buffers on a "
                                  "comm that is not the files comm (no buffers allowed)")
             return None
@@ -317,7 +308,7 @@ class Taps:
             head.output.drop_unread(msg["content"])
             self.events.protocol("output-over-limit", msg_type=msg_type, size=size, limit_bytes=self.output_limit // 2)
         elif msg_type in OUTPUT_TYPES:
-            self.late.unread(str(parent_id), size)
+            self.cells.late.unread(str(parent_id), size)
             self.events.protocol("output-over-limit", msg_type=msg_type, size=size, late=True)
         else:
             self.events.protocol("message-too-large", channel="iopub", msg_type=msg_type, size=size,

@@ -26,11 +26,11 @@ from jupyter_client.session import Session
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.sanitize import sanitize_bundle
 from cellgate.gate.session.launch import where_it_records
-from cellgate.gate.session.notices import DISPLAY_PREFIX
+from cellgate.gate.session.relay.messages import COMM_TYPES
+from cellgate.gate.session.relay.notices import DISPLAY_PREFIX
 
 DELIM = b"<IDS|MSG>"
 BUNDLE_TYPES = frozenset({"display_data", "execute_result", "update_display_data"})
-COMM_TYPES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
 
 class SignatureError(ValueError):

@@ -7,13 +7,18 @@ connection file the frontend reads) and relays them to the sandboxed
 kernel's ipc sockets. It never forwards the kernel's frames to frontends:
 the kernel has its own key, and every message is rebuilt, its outputs
 sanitized, and signed with the frontends' key (``relaywire``, ``sanitize``).
-What it reads on the way is handled by one module each:
+Each channel's pump hands a message to the channel's entry of a handler table,
+which says what goes on. A session is three owners built in dependency order
+around one ``SessionContext`` (recorder, journal path, task group, bounds):
 
-- ``taps``: cells sent, replies, input requests and IOPub, bounded (``bounds``);
-- ``cells``: the queue of cells and how each ends (``cell_clock``, ``output_cap``);
-- ``call_relay``: tool calls, served by the one call path (``calls.dispatch``);
-- ``kernel_watch``: interrupts, kills, overflow and the kernel's death;
-- ``frontend_replies``: what the host answers a frontend for a cell the kernel cannot.
+- the kernel (``session.kernel``): its sandbox, control socket, output ledger,
+  OOM watch, interrupts, kills, overflow and death;
+- the cells (``session.cells``): the queue of cells and how each ends (its
+  clock, output cap, refusals, late output; ``frontend_replies``);
+- the relay (here): the sockets, the pumps, ``taps`` (what it reads on the way,
+  within ``bounds``), ``call_relay`` (tool calls, served by ``calls.dispatch``)
+  and ``relaywire`` (re-signing). The kernel tells the cells how it ended
+  through the relay (``KernelListener``): the kernel owner never imports them.
 """
 
 from __future__ import annotations
@@ -26,12 +31,11 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import zmq
 import zmq.asyncio
-from jupyter_client.session import Session
 
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import JournalError
@@ -40,26 +44,26 @@ from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.direct import DirectResult, serve_direct
 from cellgate.gate.calls.dispatch import Dispatcher
 from cellgate.gate.sandbox.backend import CURVE_SERVER_KEY, SandboxHandle, endpoint
-from cellgate.gate.session import frontend_replies, notices, relaywire
-from cellgate.gate.session.bounds import (
-    MAX_PARSED_CONTENT,
-    OVERFLOW_EVENTS,
-    HostBounds,
-    monitor_socket,
-    watch_overflow,
-)
-from cellgate.gate.session.call_relay import CallRelay
-from cellgate.gate.session.cells import CellQueue, CellTimeouts
-from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.bounds import MAX_PARSED_CONTENT, HostBounds
+from cellgate.gate.session.cells import frontend_replies
+from cellgate.gate.session.cells.queue import CellQueue, CellTimeouts
+from cellgate.gate.session.context import SessionContext
 from cellgate.gate.session.files import FileRelay
-from cellgate.gate.session.kernel_watch import KernelWatch, signing_session
-from cellgate.gate.session.late import LateOutput
-from cellgate.gate.session.output_ledger import OutputLedger
-from cellgate.gate.session.taps import Taps
+from cellgate.gate.session.kernel.overflow import OVERFLOW_EVENTS, monitor_socket, watch_overflow
+from cellgate.gate.session.kernel.watch import KernelEnd, KernelWatch, signing_session
+from cellgate.gate.session.relay import notices, relaywire
+from cellgate.gate.session.relay.call_relay import CallRelay
+from cellgate.gate.session.relay.taps import Taps
 
 __all__ = ["CellTimeouts", "Relay"]
 
 ROUTED = ("shell", "control", "stdin", "hb")
+# What the relay does with one message on its way: the frames to send on, or None (dropped, or answered here).
+Handler = Callable[[list[bytes]], Awaitable[list[bytes] | None]]
+
+
+async def _unchanged(frames: list[bytes]) -> list[bytes] | None:
+    return frames  # heartbeats: bytes the kernel echoes, never parsed
 
 
 class Relay:
@@ -74,13 +78,16 @@ class Relay:
         trusted_mime: tuple[str, ...] = (),
         allow_comms: bool = False,
         bounds: HostBounds | None = None,
+        on_shutdown: Callable[[dict[str, Any]], None] | None = None,
+        on_kernel_end: Callable[[str], None] | None = None,
     ) -> None:
         self.trusted_mime = tuple(trusted_mime)  # passed to frontends unsanitized ([frontend] trusted_mime)
         self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
-        self.bounds = bounds or HostBounds()
         self.front_info = front
-        # Told of each frontend's shutdown_request (its content), after the relay expects the exit.
-        self.on_shutdown: Callable[[dict[str, Any]], None] | None = None
+        # Told, on the relay's thread, of each frontend's shutdown_request (its content, after the relay expects
+        # the exit), and of the kernel's end (as journalled: kernel-exited, kernel-died or kernel-killed).
+        self._on_shutdown = on_shutdown
+        self._on_kernel_end = on_kernel_end
         self.dispatcher = dispatcher
         self.recorder = recorder
         self._front_session = signing_session(front["key"])
@@ -90,18 +97,22 @@ class Relay:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.tasks = Tasks(on_failure=self._task_failed)
-        self.events = RelayEvents(recorder)
-        self.cells = CellQueue(recorder, dispatcher, self.events, self.tasks, timeouts, self.bounds, output_limit,
-                               self._answer_frontend)
-        self.kernel = KernelWatch(self.cells, self.events, self.tasks, self.bounds)
-        self.cells.kernel = self.kernel
-        self.calls = CallRelay(dispatcher, self.cells, self.kernel, self.events, self.tasks, self._show_frontends)
-        self.files = FileRelay(self.kernel, self.events)  # Session.upload / download (``files``)
-        self._late = LateOutput(recorder, self.events.failure)
-        self.taps = Taps(recorder, self.cells, self.calls, self.kernel, self.events, self.tasks, self._late,
-                         self._answer_frontend, self._front_session, restricted, output_limit)
-        self.taps.files = self.files
+        # The three owners, in dependency order: the kernel, the cells (told by the kernel through this relay), the
+        # relay's own readers.
+        self.context = ctx = SessionContext.create(recorder, bounds, on_failure=self._task_failed)
+        self.tasks, self.events, self.bounds = ctx.tasks, ctx.events, ctx.bounds
+        self.kernel = KernelWatch(ctx, listener=self)
+        self.cells = CellQueue(ctx, dispatcher, self.kernel, timeouts, output_limit, self._answer_frontend)
+        self.calls = CallRelay(ctx, dispatcher, self.cells, self.kernel, self._show_frontends)
+        self.files = FileRelay(self.kernel, ctx.events)  # Session.upload / download (``files``)
+        self.taps = Taps(ctx, self.cells, self.kernel, self.calls, self.files, self._front_session, restricted)
+        # What each channel's pump does with a message, by direction.
+        self._to_kernel: dict[str, Handler] = {
+            "shell": self._shell_request, "control": self._control_request, "stdin": self._input_reply,
+            "hb": _unchanged}
+        self._to_front: dict[str, Handler] = {
+            "shell": self._shell_reply, "control": self._control_reply, "stdin": self._input_request,
+            "hb": _unchanged}
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:
@@ -154,6 +165,23 @@ class Relay:
                                "wait for the cell to end")
         return await serve_direct(self.dispatcher, self.recorder, tool, args)
 
+    def running_cell(self) -> str | None:
+        """The running cell (the first sent, of any shell) as a key of its own run (a msg_id may be reused), or
+        None; asked on the relay's loop."""
+        result: str | None = self._call(self._running_cell())
+        return result
+
+    async def _running_cell(self) -> str | None:
+        running = self.cells.running()
+        return running.key if running is not None else None
+
+    def claim(self, principal: str) -> None:
+        """Whom the session acts for, said once: policy rules that name ``principals`` match its calls from then on."""
+        held = self.dispatcher.principal
+        if held not in (None, principal):
+            raise SessionError(f"this session acts for {held!r}, not {principal!r}")
+        self.dispatcher.principal = principal
+
     def expect_exit(self) -> None:
         """The frontend asked the kernel to shut down: its exit is not a death."""
         self.kernel.exit_expected = True
@@ -180,13 +208,26 @@ class Relay:
         """How many hostile or malformed inputs of each kind this session has seen."""
         return self.events.protocol_counts()
 
+    # ------------------------------------------ what the kernel tells the cells (``kernel.watch.KernelListener``)
+    def any_running(self) -> bool:
+        return self.cells.any_running()
+
+    def recover_output(self, lost: Callable[[str], Iterable[dict[str, Any]]]) -> None:
+        self.cells.recover_output(lost)
+
+    def mark(self, end: KernelEnd) -> None:
+        self.cells.mark(end)
+
+    def kernel_ended(self, end: KernelEnd) -> None:
+        self.cells.kernel_ended(end)
+
+    def kernel_gone(self, event: str) -> None:
+        if self._on_kernel_end is not None:
+            self._on_kernel_end(event)
+
     # ------------------------------------------------------------- sockets
     def _front_url(self, channel: str) -> str:
-        info = self.front_info
-        port = info[f"{channel}_port"]
-        if info.get("transport", "tcp") == "ipc":
-            return f"ipc://{info['ip']}-{port}"
-        return f"tcp://{info['ip']}:{port}"
+        return endpoint(self.front_info, channel)
 
     async def _bind_front(self) -> None:
         for channel in ROUTED:
@@ -224,7 +265,8 @@ class Relay:
         # execute_request on shell, so both relay sockets share one identity
         # (as every Jupyter client's shell and stdin sockets do).
         identity = os.urandom(16).hex().encode()
-        backend, info = sandbox.backend, sandbox.backend.connection_info(sandbox)
+        backend = sandbox.backend
+        info = backend.connection_info(sandbox)
         curve = info.get(CURVE_SERVER_KEY)
         for channel in ROUTED:
             self._back[channel] = self._connect(zmq.DEALER, endpoint(info, channel),
@@ -237,13 +279,12 @@ class Relay:
             address = endpoint(info, "control" if channel == "control (host)" else channel)
             overflow = functools.partial(self.kernel.overflow, channel, sock, address, sandbox)
             self.tasks.spawn(watch_overflow(monitor, overflow), kernel=True)
-        for channel in ROUTED:
-            self.tasks.spawn(self._pump_to_kernel(channel), kernel=True)
-            self.tasks.spawn(self._pump_to_front(channel), kernel=True)
+        for channel in ROUTED:  # named by what each pumps: a failure says which
+            self.tasks.spawn(self._pump_to_kernel(channel), kernel=True, name=f"Relay._pump_to_kernel({channel})")
+            self.tasks.spawn(self._pump_to_front(channel), kernel=True, name=f"Relay._pump_to_front({channel})")
         self.tasks.spawn(self._pump_iopub(), kernel=True)
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
-        self.cells.ledger = OutputLedger(backend.output_log(sandbox))
         self.cells.saw_count(0)  # a new kernel counts from the start
         self.recorder.kernel_attached(backend.describe(sandbox))
         if self.cells:
@@ -268,7 +309,7 @@ class Relay:
 
     async def _stop(self) -> None:
         self.kernel.stopping = True
-        self._late.close()
+        self.cells.late.close()
         counts = self.events.protocol_counts()
         if counts:
             self.events.life("protocol-event-counts", counts=counts)
@@ -299,41 +340,50 @@ class Relay:
                                                  "start a new session"))
 
     # --------------------------------------------------------------- pumps
-    async def _pump_to_kernel(self, channel: str) -> None:
-        src, dst = self._front[channel], self._back[channel]
+    async def _pump(self, src: zmq.asyncio.Socket, dst: zmq.asyncio.Socket, handle: Handler) -> None:
         while True:
-            frames = await src.recv_multipart()
-            if channel == "shell" and not self.taps.request(frames):
-                continue  # answered by the host (a program restricted mode refused)
-            refusal = self.taps.control_request(frames) if channel == "control" else None
-            if refusal is not None:  # answered by the host (a subshell past its bound)
-                await src.send_multipart(refusal)
-                continue
-            if channel != "hb":
-                across = self._across(frames, channel, self._front_session, self.kernel.session)
-                if across is None:
-                    continue
-                if channel == "control":
-                    self._seen_on_control(frames)
-                frames = across
-            await dst.send_multipart(frames)
+            out = await handle(await src.recv_multipart())
+            if out is not None:
+                await dst.send_multipart(out)
 
-    async def _pump_to_front(self, channel: str) -> None:
-        src, dst = self._back[channel], self._front[channel]
-        while True:
-            frames = await src.recv_multipart()
-            if channel == "shell":
-                self.taps.reply(frames)
-            elif channel == "control":
-                self.taps.control_reply(frames)
-            elif channel == "stdin" and not self.taps.stdin_allowed(frames):
-                continue
-            if channel != "hb":
-                across = self._across(frames, channel, self.kernel.session, self._front_session)
-                if across is None:
-                    continue
-                frames = across
-            await dst.send_multipart(frames)
+    def _pump_to_kernel(self, channel: str) -> Coroutine[Any, Any, None]:
+        return self._pump(self._front[channel], self._back[channel], self._to_kernel[channel])
+
+    def _pump_to_front(self, channel: str) -> Coroutine[Any, Any, None]:
+        return self._pump(self._back[channel], self._front[channel], self._to_front[channel])
+
+    # ------------------------------------------------------------- handlers, frontend to kernel
+    async def _shell_request(self, frames: list[bytes]) -> list[bytes] | None:
+        if not self.taps.request(frames):
+            return None  # answered by the host (a program restricted mode refused)
+        return self._to_kernel_signed(frames, "shell")
+
+    async def _control_request(self, frames: list[bytes]) -> list[bytes] | None:
+        refusal = self.taps.control_request(frames)
+        if refusal is not None:  # answered by the host (a subshell past its bound)
+            await self._front["control"].send_multipart(refusal)
+            return None
+        across = self._to_kernel_signed(frames, "control")
+        if across is not None:
+            self._seen_on_control(frames)
+        return across
+
+    async def _input_reply(self, frames: list[bytes]) -> list[bytes] | None:
+        return self._to_kernel_signed(frames, "stdin")
+
+    # ------------------------------------------------------------- handlers, kernel to frontend
+    async def _shell_reply(self, frames: list[bytes]) -> list[bytes] | None:
+        self.taps.reply(frames)
+        return self._to_front_signed(frames, "shell")
+
+    async def _control_reply(self, frames: list[bytes]) -> list[bytes] | None:
+        self.taps.control_reply(frames)
+        return self._to_front_signed(frames, "control")
+
+    async def _input_request(self, frames: list[bytes]) -> list[bytes] | None:
+        if not self.taps.stdin_allowed(frames):
+            return None
+        return self._to_front_signed(frames, "stdin")
 
     def _seen_on_control(self, frames: list[bytes]) -> None:
         """A frontend's shutdown_request (an `exit` in jupyter console, a restart or shutdown from any
@@ -342,20 +392,28 @@ class Relay:
         if content is None:
             return
         self.expect_exit()
-        if self.on_shutdown is not None:
-            self.on_shutdown(content)
+        if self._on_shutdown is not None:
+            self._on_shutdown(content)
 
-    def _across(self, frames: list[bytes], channel: str, src: Session, dst: Session) -> list[bytes] | None:
-        """A message re-signed for the other side (a kernel's rebuilt and sanitized), or None if it is bad."""
+    def _to_kernel_signed(self, frames: list[bytes], channel: str) -> list[bytes] | None:
+        """A frontend's message re-signed with the kernel's key, or None if it is bad."""
         try:
-            if dst is self._front_session:
-                return relaywire.reply_frames(frames, src, dst, self.trusted_mime, MAX_PARSED_CONTENT, self.recorder)
-            return relaywire.resign(frames, src, dst)
+            return relaywire.resign(frames, self._front_session, self.kernel.session)
         except Exception as exc:  # hostile or malformed: dropped, journalled
-            side = "to-frontend" if dst is self._front_session else "to-kernel"
-            self.events.protocol("protocol-error", channel=f"{channel}-{side}",
-                                 error=f"{type(exc).__name__}: {exc}"[:300])
+            self._bad(channel, "to-kernel", exc)
             return None
+
+    def _to_front_signed(self, frames: list[bytes], channel: str) -> list[bytes] | None:
+        """A kernel's reply rebuilt, sanitized and signed with the frontends' key, or None if it is bad."""
+        try:
+            return relaywire.reply_frames(frames, self.kernel.session, self._front_session, self.trusted_mime,
+                                          MAX_PARSED_CONTENT, self.recorder)
+        except Exception as exc:  # hostile or malformed: dropped, journalled
+            self._bad(channel, "to-frontend", exc)
+            return None
+
+    def _bad(self, channel: str, side: str, exc: Exception) -> None:
+        self.events.protocol("protocol-error", channel=f"{channel}-{side}", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def _drain(self, sock: zmq.asyncio.Socket) -> None:
         while True:

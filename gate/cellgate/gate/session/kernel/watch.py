@@ -10,13 +10,20 @@ asked for is not a death. A restart of a kernel that had not died (the
 frontend's shutdown_request with restart, or a kill to restart it) is
 journalled as ``kernel-restarted`` (reason ``frontend``), which the audit
 notebook shows as a note: the next cell runs without the old variables.
+
+
+The keeper owns the sandbox's handle, the host's own control socket, the
+kernel's output ledger (``output_ledger``) and the OOM watch; it never imports
+the cells: it tells them through the ``KernelListener`` it was made with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import zmq
 import zmq.asyncio
@@ -25,10 +32,9 @@ from jupyter_client.session import Session
 from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.sandbox.backend import MemoryWatch, SandboxHandle
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.session.bounds import HostBounds, reopen
-from cellgate.gate.session.cells import CellQueue
-from cellgate.gate.session.events import RelayEvents, Tasks
-from cellgate.gate.session.output_ledger import settle
+from cellgate.gate.session.context import SessionContext
+from cellgate.gate.session.kernel.output_ledger import OutputLedger, settle
+from cellgate.gate.session.kernel.overflow import reopen
 
 
 def signing_session(key: str | bytes) -> Session:
@@ -39,12 +45,42 @@ def signing_session(key: str | bytes) -> Session:
     )
 
 
+@dataclass(frozen=True)
+class KernelEnd:
+    """How the kernel's end ends the cells that ran on it: their status, the limit they hit, and (when the end
+    itself is why) the error each running cell records."""
+
+    status: CellStatus
+    reason: str
+    error: dict[str, str] | None = None
+
+
+class KernelListener(Protocol):
+    """What the keeper tells the cells (``cells.queue.CellQueue``), which it never imports."""
+
+    def any_running(self) -> bool: ...
+
+    def recover_output(self, lost: Callable[[str], Iterable[dict[str, Any]]]) -> None:
+        """Capture, for each running cell (by its msg_id), the outputs the kernel's log has and IOPub lost."""
+
+    def mark(self, end: KernelEnd) -> None:
+        """The running cells end this way when the kernel is gone (a kill the host sends next)."""
+
+    def kernel_ended(self, end: KernelEnd) -> None:
+        """The kernel is gone: every queued cell ends (``end.error`` for the running ones, if any)."""
+
+    def kernel_gone(self, event: str) -> None:
+        """The kernel's process ended, journalled as ``event`` (kernel-exited, kernel-died or kernel-killed)."""
+
+
 class KernelWatch:
-    def __init__(self, cells: CellQueue, events: RelayEvents, tasks: Tasks, bounds: HostBounds) -> None:
-        self.cells = cells
-        self.events = events
-        self.tasks = tasks
-        self.bounds = bounds
+    def __init__(self, ctx: SessionContext, listener: KernelListener) -> None:
+        self.events = ctx.events
+        self.tasks = ctx.tasks
+        self.bounds = ctx.bounds
+        self._recorder = ctx.recorder
+        self._cells = listener
+        self.ledger = OutputLedger(None)  # the current kernel's, made on attach
         self.sandbox: SandboxHandle | None = None
         self.session = signing_session(os.urandom(32).hex())  # each sandbox's own key, set on attach
         self.control: zmq.asyncio.Socket | None = None  # the host's own control connection
@@ -63,6 +99,7 @@ class KernelWatch:
         self.session = signing_session(sandbox.key)  # never the frontends' key (relaywire)
         self.control = control
         self.iopub = iopub
+        self.ledger = OutputLedger(sandbox.backend.output_log(sandbox))
         if self._oom is not None:
             self._oom.close()
         self._oom = sandbox.backend.watch_memory(
@@ -75,7 +112,7 @@ class KernelWatch:
         """The relay stopped relaying to the kernel (``reason``: restart, shutdown, session-ended)."""
         if reason == "restart" and self.sandbox is not None and not self.died:
             # A death is explained where it happened; this restart only here.
-            self.events.write(lambda: self.cells.recorder.kernel_restarted("frontend", None))
+            self.events.write(lambda: self._recorder.kernel_restarted("frontend", None))
         self.control = self.iopub = None
         self.sandbox = None
 
@@ -123,14 +160,11 @@ class KernelWatch:
         self.events.life("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
                          note="a frame over [sandbox] max_message_mb: dropped unread with its connection")
         reopen(sock, endpoint)
-        heads = self.cells.heads()
-        if not heads or self._killed_by_host is sandbox:
+        if not self._cells.any_running() or self._killed_by_host is sandbox:
             return  # between cells nothing waits on the lost messages
-        for head in heads:
-            head.end.error = {"ename": "MessageTooLarge", "evalue": (
-                f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
-                f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}
-            head.end.hit("message-size")
+        self._cells.mark(KernelEnd("error", "message-size", {"ename": "MessageTooLarge", "evalue": (
+            f"the kernel sent a message over the {limit >> 20} MB limit ([sandbox] max_message_mb) on its "
+            f"{channel} channel; the host dropped it unread and stopped the kernel; every variable is gone")}))
         self._kill_status[sandbox.id] = ("error", "message-size")
         self.tasks.spawn(self._kill(sandbox))
 
@@ -141,6 +175,7 @@ class KernelWatch:
             return
         if self.exit_expected:
             self.events.life("kernel-exited", exit_code=code)
+            self._cells.kernel_gone("kernel-exited")
             return
         await self._recover_output()
         if self.sandbox is not sandbox or self.stopping:
@@ -153,23 +188,34 @@ class KernelWatch:
         if ended.state == "memory" or (self._oom is not None and self._oom.hit):
             self.events.life("kernel-died", exit_code=code, cause="memory",
                              **({"killed_by_host": True} if killed_by_host else {}))
-            for head in self.cells.heads():
-                head.end.error = {"ename": "SandboxMemoryLimit", "evalue": (
-                    f"the sandbox reached its {sandbox.memory_limit_bytes >> 20} MB memory limit "
-                    "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}
-            self.cells.fail_all("memory", "memory")
+            self._cells.kernel_gone("kernel-died")
+            self._cells.kernel_ended(KernelEnd("memory", "memory", {"ename": "SandboxMemoryLimit", "evalue": (
+                f"the sandbox reached its {sandbox.memory_limit_bytes >> 20} MB memory limit "
+                "([sandbox] memory_mb) and its kernel was killed; every variable is gone")}))
             return
         if killed_by_host:
             self.events.life("kernel-killed", exit_code=code)
+            self._cells.kernel_gone("kernel-killed")
             status, reason = kill_status or ("killed", "killed-by-host")
-            self.cells.fail_all(status, reason)
+            self._cells.kernel_ended(KernelEnd(status, reason))
             return
         self.events.life("kernel-died", exit_code=code)
-        self.cells.fail_all("kernel-died", "kernel-died")
+        self._cells.kernel_gone("kernel-died")
+        self._cells.kernel_ended(KernelEnd("kernel-died", "kernel-died"))
 
     async def _recover_output(self) -> None:
         """The kernel died: record the running cell's output that its log has and IOPub never delivered."""
         await settle(self.iopub)
-        for head in self.cells.heads():
-            for output in self.cells.ledger.recover(head.record.msg_id) if self.cells.ledger is not None else ():
-                self.cells.capture(head, output)
+        self._cells.recover_output(self.ledger.recover)
+
+    # ------------------------------------------------------ the output ledger
+    def seen(self, msg: dict[str, Any]) -> None:
+        """An IOPub message of the kernel's, numbered by it: gaps are lost messages."""
+        self.ledger.seen(msg)
+
+    def output_received(self, msg_id: str, output: dict[str, Any]) -> None:
+        self.ledger.received(msg_id, output)
+
+    def outputs_lost(self) -> int:
+        """How many of the kernel's output messages never arrived (since last asked)."""
+        return self.ledger.lost()

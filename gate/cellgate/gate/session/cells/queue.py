@@ -27,7 +27,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -37,13 +37,14 @@ from cellgate.gate.calls.asking import NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.policy import CellCounts
 from cellgate.gate.sandbox.cpuclock import CpuSource
-from cellgate.gate.session import frontend_replies
-from cellgate.gate.session.bounds import HostBounds, RefusalLedger
-from cellgate.gate.session.cell_clock import CellClock
-from cellgate.gate.session.events import RelayEvents, Tasks
-from cellgate.gate.session.output_cap import OutputCap
-from cellgate.gate.session.output_ledger import OutputLedger
-from cellgate.gate.session.subshells import Subshells
+from cellgate.gate.session.cells import frontend_replies
+from cellgate.gate.session.cells.cell_clock import CellClock
+from cellgate.gate.session.cells.late import LateOutput
+from cellgate.gate.session.cells.output_cap import OutputCap
+from cellgate.gate.session.cells.refusals import RefusalLedger
+from cellgate.gate.session.cells.subshells import Subshells
+from cellgate.gate.session.context import SessionContext
+from cellgate.gate.session.kernel.watch import KernelEnd
 
 RESULTS_KEPT = 4096  # futures of frontends' cells nobody waits for
 Shell = str | None  # None: the kernel's main shell; else the id of one of its subshells
@@ -100,13 +101,17 @@ class CellRun:
 
 
 class KernelControl(Protocol):
-    """What the queue asks of the kernel's keeper (``kernel_watch.KernelWatch``)."""
+    """What the queue asks of the kernel's keeper (``kernel.watch.KernelWatch``)."""
 
     def interrupt_soon(self) -> None: ...
 
     def kill_soon(self) -> bool: ...
 
     def cpu_source(self) -> CpuSource: ...
+
+    def output_received(self, msg_id: str, output: dict[str, Any]) -> None: ...
+
+    def outputs_lost(self) -> int: ...
 
 
 Answer = Callable[[dict[str, Any], list[bytes], dict[str, Any]], Coroutine[Any, Any, None]]
@@ -147,19 +152,20 @@ class Results:
 
 
 class CellQueue:
-    def __init__(self, recorder: Recorder, dispatcher: Dispatcher, events: RelayEvents, tasks: Tasks,
-                 timeouts: CellTimeouts, bounds: HostBounds, output_limit: int, answer: Answer) -> None:
-        self.recorder = recorder
+    def __init__(self, ctx: SessionContext, dispatcher: Dispatcher, kernel: KernelControl, timeouts: CellTimeouts,
+                 output_limit: int, answer: Answer) -> None:
+        self.recorder: Recorder = ctx.recorder
         self.dispatcher = dispatcher
-        self.events = events
-        self.tasks = tasks
+        self.events = ctx.events
+        self.tasks = ctx.tasks
         self.timeouts = timeouts
-        self.bounds = bounds
+        self.bounds = ctx.bounds
         self.output_limit = output_limit
         self._answer = answer
+        self.kernel = kernel
         self.results = Results()
-        self.kernel: KernelControl | None = None  # set when a kernel is attached
-        self.ledger: OutputLedger | None = None
+        # Output of cells that already ended, kept with the ended cell whose work printed it.
+        self.late = LateOutput(ctx.recorder, ctx.events.failure)
         self.subshells = Subshells()
         self._shells: dict[Shell, collections.deque[CellRun]] = {None: collections.deque()}
         # The kernel's execution counter as last seen: what a reply the host authors carries (frontends count on one).
@@ -233,7 +239,7 @@ class CellQueue:
             self._start(head)
 
     def _start(self, head: CellRun) -> None:
-        if head.clock is not None or self.kernel is None:
+        if head.clock is not None:
             return
         kernel = self.kernel
         head.clock = CellClock(asyncio.get_running_loop(), self.timeouts.cell, kernel.cpu_source,
@@ -260,8 +266,7 @@ class CellQueue:
 
     def capture(self, head: CellRun, output: dict[str, Any]) -> None:
         """Record a cell's output up to the limit (``OutputCap``)."""
-        if self.ledger is not None:
-            self.ledger.received(head.record.msg_id, output)
+        self.kernel.output_received(head.record.msg_id, output)
         def write(out: dict[str, Any]) -> None:
             self.events.write(lambda: self.recorder.output(head.record, out))
         head.output.take(output, write)
@@ -280,8 +285,7 @@ class CellQueue:
         # The limit is enforced first, journalled after: a journal that cannot be written never keeps a cell running.
         head.clock.then(self.timeouts.interrupt_grace, lambda: self._on_grace_expired(head))
         if head.shell is None:
-            if self.kernel is not None:
-                self.kernel.interrupt_soon()
+            self.kernel.interrupt_soon()
             self.events.life("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell)
         else:  # an interrupt (SIGINT) stops the main shell's cell, never a subshell's: only a restart stops it
             self.events.life("cell-timeout", msg_id=head.record.msg_id, seconds=self.timeouts.cell,
@@ -289,7 +293,7 @@ class CellQueue:
                                                        "stopped unless the cell ends within the grace")
 
     def _on_grace_expired(self, head: CellRun) -> None:
-        if not self._is_running(head) or self.kernel is None:
+        if not self._is_running(head):
             return
         if self.kernel.kill_soon():
             what = "the interrupt" if head.shell is None else f"its timeout (subshell {head.shell})"
@@ -301,11 +305,31 @@ class CellQueue:
         if verdict != "dropped" or "refusals" in head.end.limits or not self._is_running(head):
             return
         head.end.limits.append("refusals")
-        if self.kernel is not None:
-            self.kernel.kill_soon()
+        self.kernel.kill_soon()
         self.events.life("cell-kill", msg_id=head.record.msg_id,
                          reason=f"more than {head.refusals.budget} refused calls in one cell "
                                 "([sandbox] max_refusals_per_cell)")
+
+    # ------------------------------------------------------ what the kernel's keeper says (``KernelListener``)
+    def any_running(self) -> bool:
+        return bool(self.heads())
+
+    def recover_output(self, lost: Callable[[str], Iterable[dict[str, Any]]]) -> None:
+        for head in self.heads():
+            for output in lost(head.record.msg_id):
+                self.capture(head, output)
+
+    def mark(self, end: KernelEnd) -> None:
+        for head in self.heads():
+            if end.error is not None:
+                head.end.error = end.error
+            head.end.hit(end.reason)
+
+    def kernel_ended(self, end: KernelEnd) -> None:
+        if end.error is not None:
+            for head in self.heads():
+                head.end.error = end.error
+        self.fail_all(end.status, end.reason)
 
     # ------------------------------------------------------ ends
     def fail_all(self, status: CellStatus, reason: str) -> None:
@@ -314,11 +338,14 @@ class CellQueue:
             while queue:
                 head = queue[0]
                 head.end.hit(reason)
-                self.tasks.spawn(self._answer(head.request.header, head.request.idents,
-                                              frontend_replies.killed(reason, self._count_of(head))))
+                self.answer_soon(head.request, frontend_replies.killed(reason, self._count_of(head)))
                 self.finish(head, forced_status=status)
         self._shells = {None: collections.deque()}
         self.subshells.forget_all()
+
+    def answer_soon(self, request: FrontendRequest, error: dict[str, Any]) -> None:
+        """Answer the frontend that sent a cell the kernel will not answer (``frontend_replies``)."""
+        self.tasks.spawn(self._answer(request.header, request.idents, error))
 
     def _count_of(self, head: CellRun) -> int:
         count = head.record.execution_count
@@ -332,8 +359,7 @@ class CellQueue:
             del queue[1]
             self.events.write(functools.partial(self.recorder.cell_aborted, run.record))
             self.results.future(run.record.msg_id).set_result(run.record)
-            self.tasks.spawn(self._answer(run.request.header, run.request.idents,
-                                          frontend_replies.subshell_deleted(subshell_id)))
+            self.answer_soon(run.request, frontend_replies.subshell_deleted(subshell_id))
         if queue is not None and not queue:
             del self._shells[subshell_id]
 
@@ -391,7 +417,7 @@ class CellQueue:
         return "error"
 
     def _note_lost_output(self, head: CellRun) -> None:
-        lost = self.ledger.lost() if self.ledger is not None else 0
+        lost = self.kernel.outputs_lost()
         if lost:
             self.capture(head, {"output_type": "stream", "name": "stderr", "text":
                                 f"[cellgate: {lost} output messages lost between the kernel and the host]\n"})

@@ -19,9 +19,10 @@ from typing import Any
 from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallReply, CallRequest, ProtocolError, batch_items, error_reply, parse_call
-from cellgate.gate.session.cells import CellQueue, CellRun
-from cellgate.gate.session.events import RelayEvents, Tasks
-from cellgate.gate.session.kernel_watch import KernelWatch
+from cellgate.gate.session.cells.queue import CellQueue, CellRun
+from cellgate.gate.session.context import SessionContext
+from cellgate.gate.session.events import Tasks
+from cellgate.gate.session.kernel.watch import KernelWatch
 
 # Sends a notice to the frontends as a reply to the cell's execute_request header (``notices.publish``).
 ShowFrontends = Callable[[dict[str, Any], Waiting], Coroutine[Any, Any, None]]
@@ -40,13 +41,13 @@ class CellNotices:
 
 
 class CallRelay:
-    def __init__(self, dispatcher: Dispatcher, cells: CellQueue, kernel: KernelWatch, events: RelayEvents,
-                 tasks: Tasks, show: ShowFrontends) -> None:
+    def __init__(self, ctx: SessionContext, dispatcher: Dispatcher, cells: CellQueue, kernel: KernelWatch,
+                 show: ShowFrontends) -> None:
         self.dispatcher = dispatcher
         self.cells = cells
         self.kernel = kernel
-        self.events = events
-        self.tasks = tasks
+        self.events = ctx.events
+        self.tasks = ctx.tasks
         self._show = show
         self._outbox: dict[str, list[dict[str, Any]]] = {}
         self._flush_scheduled = False

@@ -1,0 +1,1 @@
+"""The cells' owner: the queue of each shell, and each cell's clock, output cap, refusals and late output."""
