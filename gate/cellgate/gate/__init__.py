@@ -2,7 +2,7 @@
 
 Public API::
 
-    from cellgate.gate import Session, CellResult, Tool, ToolRegistry, Settings
+    from cellgate.gate import Session, SyncSession, CellResult, Tool, ToolRegistry, Settings
 
 It is also all that extensions (``cellgate.extensions.*``) and the JupyterLab
 extension's server side may import from the gate (import-linter contracts):
@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
+    from cellgate.gate.session.sync import SyncSession
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
 
 # name on the face -> "module" (same name there) or "module:name"
@@ -103,6 +104,7 @@ _FACE = {
     "Secret": "cellgate.gate.calls.dispatch",
     "Session": "cellgate.gate.session.session",
     "SessionError": "cellgate.gate._errors",
+    "SyncSession": "cellgate.gate.session.sync",
     "Settings": "cellgate.gate.config",
     "Telemetry": "cellgate.gate.telemetry",
     "SourceUnavailable": "cellgate.gate._errors",
@@ -139,6 +141,7 @@ __all__ = [
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
     "RESERVED_TOOL_NAMES", "RecordExists", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",
     "SandboxRequest", "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings",
+    "SyncSession",
     "SourceUnavailable", "StrictModel", "Telemetry", "Tool", "ToolRegistry", "ToolSource", "answer_approval",
     "blob_text", "clean_for_terminal", "close_sources", "find_config", "load_settings", "open_sources",
     "pending_approval", "pending_approvals", "reveal_for_terminal", "sandbox_endpoint",
