@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -35,6 +35,7 @@ from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
+from cellgate.gate.session import streaming
 from cellgate.gate.session.launch import (
     ApproverSpec,
     GateFactory,
@@ -293,11 +294,12 @@ class Session:
         await asyncio.to_thread(self.provisioner.started.service.interrupt)
 
     async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None,
-                      on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
+                      on_output: Callable[[dict[str, Any]], None] | None = None,
+                      on_call: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end. ``traceparent``: the caller's
         trace, which the cell's span continues when the session is traced (sent in the request's metadata).
         ``on_output`` is called on this event loop with each output as it is recorded (as the notebook holds
-        it), all of them before this returns."""
+        it), all of them before this returns; ``on_call`` likewise with each gated call's record as it ends."""
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         started = self.provisioner.started
@@ -320,6 +322,14 @@ class Session:
                 loop.call_soon_threadsafe(told, output)
 
             unfollow = started.recorder.follow(msg_id, follower)
+        unfollow_calls = None
+        if on_call is not None:
+            calls_loop, told_call = asyncio.get_running_loop(), on_call
+
+            def call_follower(call: dict[str, Any]) -> None:
+                calls_loop.call_soon_threadsafe(told_call, call)
+
+            unfollow_calls = started.recorder.follow_calls(msg_id, call_follower)
         future = service.result_future(msg_id)
         self._client.shell_channel.send(msg)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
@@ -330,6 +340,8 @@ class Session:
             service.forget_result(msg_id)
             if unfollow is not None:
                 unfollow()
+            if unfollow_calls is not None:
+                unfollow_calls()
         await self._drain_replies()
         result = CellResult.from_record(record)
         if result.status in ("killed", "kernel-died", "memory") or "message-size" in result.limits_hit:
@@ -342,6 +354,12 @@ class Session:
             self.recorder.kernel_restarted(reason, self._names)
             self._names = []
         return result
+
+    def stream(self, code: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Run ``code`` as one cell and yield what it does as it happens: each output (an nbformat dict, as the
+        notebook holds it), each gated call as it ends (``{"event": "call", "tool", "decision", "ok", ...}``),
+        then ``{"event": "end", "result": CellResult}``. Closing the iterator early waits for the cell's end."""
+        return streaming.stream(self.execute, code, timeout)
 
     async def _drain_replies(self) -> None:
         """Read execute replies only for the names they list: the host's record, not the reply, is the result."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,14 +98,14 @@ class SyncSession:
         loop thread with each output as it is recorded (keep it short; do not call this object from it)."""
         return self._in_turn(self.session.execute(code, timeout, on_output=on_output))
 
-    def stream(self, code: str) -> Iterator[dict[str, Any]]:
+    def stream(self, code: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """The cell's outputs and call events as they happen, then ``{"event": "end", "result": CellResult}``
-        (see ``Session.stream``). Leaving the loop early lets the cell run on; its record is complete anyway."""
+        (see ``Session.stream``). Leaving the loop early lets the cell run on to its end (the next queued cell waits for it)."""
         items: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         async def pump() -> None:
             try:
-                async for item in self._stream_of(code):
+                async for item in self.session.stream(code, timeout):
                     items.put(item)
             except BaseException as error:  # handed to the reading thread, which raises it
                 items.put(error)
@@ -117,10 +117,6 @@ class SyncSession:
             if isinstance(item, BaseException):
                 raise item
             yield item
-
-    def _stream_of(self, code: str) -> AsyncIterator[dict[str, Any]]:
-        stream: Callable[[str], AsyncIterator[dict[str, Any]]] = getattr(self.session, "stream")
-        return stream(code)
 
     def call_tool(self, tool: str, args: dict[str, Any]) -> DirectResult:
         """Call a tool from the host (a model's direct tool use): gated and recorded as a ``direct`` cell."""
