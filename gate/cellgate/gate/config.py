@@ -37,6 +37,9 @@ M = TypeVar("M", bound=BaseModel)
 
 class ToolsConfig(StrictModel):
     modules: list[str] = Field(default_factory=list, description="Python files whose public functions are tools")
+    call_style: Literal["module", "ptc"] = Field(
+        default="module", description='"ptc": each tool is also a top-level `async def name(args: dict) -> str` in '
+        "the kernel's namespace (Anthropic's programmatic tool calling style; tools.ptc holds them either way)")
 
 
 class SandboxSettings(StrictModel):

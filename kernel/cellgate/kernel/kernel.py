@@ -4,7 +4,8 @@ Additions to ``IPythonKernel``:
 
 - gate replies arrive as ``comm_msg`` on the **control** channel (the shell
   channel is blocked while a cell runs) and go straight to the tools runtime;
-- the generated ``tools`` package is imported into the user namespace;
+- the generated ``tools`` package is imported into the user namespace (with ``call_style = "ptc"``, the
+  functions of ``tools.ptc`` too);
 - stream output is also logged to a host-backed file and IOPub messages are
   numbered, so output survives the kernel's death and losses show (``outlog``);
 - in restricted mode (``CELLGATE_RESTRICTED``), cells run under
@@ -246,6 +247,11 @@ class CellgateKernel(IPythonKernel):
         self.shell.user_ns["tools"] = tools
         # Keep `tools` out of %who and `del`-by-reset surprises like other preloads.
         self.shell.user_ns_hidden["tools"] = tools
+        if getattr(tools, "__cellgate_call_style__", None) == "ptc":  # [tools] call_style = "ptc"
+            ptc = importlib.import_module("tools.ptc")
+            functions = {name: getattr(ptc, name) for name in getattr(ptc, "__all__", ())}
+            self.shell.user_ns.update(functions)
+            self.shell.user_ns_hidden.update(functions)
 
     @override
     async def process_control(self, msg: Any) -> None:
