@@ -29,7 +29,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import outlog, runtime, wire
+from . import outlog, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -247,11 +247,9 @@ class CellgateKernel(IPythonKernel):
         self.shell.user_ns["tools"] = tools
         # Keep `tools` out of %who and `del`-by-reset surprises like other preloads.
         self.shell.user_ns_hidden["tools"] = tools
-        if getattr(tools, "__cellgate_call_style__", None) == "ptc":  # [tools] call_style = "ptc"
-            ptc = importlib.import_module("tools.ptc")
-            functions = {name: getattr(ptc, name) for name in getattr(ptc, "__all__", ())}
-            self.shell.user_ns.update(functions)
-            self.shell.user_ns_hidden.update(functions)
+        functions = ptc.namespace(tools)  # [tools] call_style = "ptc": each tool also a top-level async function
+        self.shell.user_ns.update(functions)
+        self.shell.user_ns_hidden.update(functions)
 
     @override
     async def process_control(self, msg: Any) -> None:

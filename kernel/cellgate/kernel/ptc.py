@@ -6,6 +6,7 @@ each calling ``call`` here, which goes through the same gate client as every oth
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
@@ -23,3 +24,12 @@ async def call(tool: str, args: Any) -> str:
                                         f"{type(args).__name__} {args!r:.80}; call it as {tool}({{...}})")
     result = await runtime.acall(tool, args)
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
+def namespace(tools: Any) -> dict[str, Any]:
+    """With ``[tools] call_style = "ptc"`` (said by the generated package), ``tools.ptc``'s functions by name, for
+    the user namespace; else nothing."""
+    if getattr(tools, "__cellgate_call_style__", None) != "ptc":
+        return {}
+    module = importlib.import_module("tools.ptc")
+    return {name: getattr(module, name) for name in getattr(module, "__all__", ())}

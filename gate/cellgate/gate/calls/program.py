@@ -25,20 +25,22 @@ from typing import Any
 from typing_extensions import override
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate.calls.registry import Tool, tool_from_function, tools_from_module
+from cellgate.gate.calls.registry import Tool, ToolRegistry, tool_from_function, tools_from_module
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 
 SOURCE = "program"  # Tool.source of a callable the owning program handed over
 # What Session(tools=...) and add_tools take: a tool module's path, a module, a function or a Tool.
-ToolSpec = str | os.PathLike[str] | ModuleType | Callable[..., Any] | Tool
+ToolSpec = str | os.PathLike[str] | ModuleType | Callable[..., Any] | Tool | ToolRegistry
 
 
 def program_tools(items: Iterable[Any], where: str) -> list[Tool]:
     """The tools of functions, modules and ``Tool`` objects, each allowed unless it states a decision."""
     tools: list[Tool] = []
     for index, item in enumerate(items):
-        if isinstance(item, Tool):
+        if isinstance(item, ToolRegistry):
+            found = [tool for name in item.names() if (tool := item.get(name)) is not None]
+        elif isinstance(item, Tool):
             found = [item if item.source else dataclasses.replace(item, source=SOURCE)]
         elif isinstance(item, ModuleType):
             found = tools_from_module(item, source=item.__name__)
@@ -46,7 +48,7 @@ def program_tools(items: Iterable[Any], where: str) -> list[Tool]:
             found = [tool_from_function(item, source=SOURCE)]
         else:
             raise ConfigError(f"{where}: item {index} is {item!r} ({type(item).__name__}); pass a function, a "
-                              "Tool, a module or the path of a tool module")
+                              "Tool, a ToolRegistry, a module or the path of a tool module")
         tools += [tool if tool.default_decision else dataclasses.replace(tool, default_decision="allow")
                   for tool in found]
     return tools

@@ -35,7 +35,7 @@ from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
-from cellgate.gate.session import streaming
+from cellgate.gate.session import streaming, tool_additions
 from cellgate.gate.session.launch import (
     ApproverSpec,
     GateFactory,
@@ -354,6 +354,14 @@ class Session:
             self.recorder.kernel_restarted(reason, self._names)
             self._names = []
         return result
+
+    async def add_tools(self, *tools: ToolSpec) -> None:
+        """Add tools to the running session: functions, ``Tool``s, modules, tool module paths or a registry's
+        tools, with the policy ``Session(tools=...)`` gives them. The gate knows them at once; the kernel's
+        ``tools`` package gains their stubs through a cell (in the notebook, after a note naming them); later
+        kernels (restarts) start with them. A name the session has already is a ``ConfigError``, and then
+        nothing is added."""
+        await tool_additions.add(self.provisioner.started, self.execute, tools)
 
     def stream(self, code: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
         """Run ``code`` as one cell and yield what it does as it happens: each output (an nbformat dict, as the

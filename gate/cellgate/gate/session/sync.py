@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cellgate.gate.calls.direct import DirectResult
+from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.session.session import CellResult, Session
 
 T = TypeVar("T")
@@ -122,10 +123,9 @@ class SyncSession:
         """Call a tool from the host (a model's direct tool use): gated and recorded as a ``direct`` cell."""
         return self._in_turn(self.session.call_tool(tool, args))
 
-    def add_tools(self, *tools: Any) -> None:
-        """Add tools to the running session (see ``Session.add_tools``)."""
-        add: Callable[..., Coroutine[Any, Any, None]] = getattr(self.session, "add_tools")
-        self._in_turn(add(*tools))
+    def add_tools(self, *tools: ToolSpec) -> None:
+        """Add tools to the running session (see ``Session.add_tools``), queued as a cell is."""
+        self._in_turn(self.session.add_tools(*tools))
 
     def restart(self) -> None:
         """A fresh sandboxed kernel, after the cells queued before it (variables are gone)."""
