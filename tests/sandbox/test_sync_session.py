@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from conftest import SAMPLE_TOOLS
 
-from cellgate.gate import SyncSession
+from cellgate.gate import RecordExists, SyncSession
 from cellgate.gate.testing import BlockingSession
 
 pytestmark = pytest.mark.gvisor
@@ -74,3 +74,11 @@ def test_a_sync_session_method_called_on_its_own_loop_says_so(runsc: object, tmp
 
         assert box.execute("print('x')", on_output=on_output).ok
     assert problems and "on its own loop" in problems[0]
+
+
+def test_a_sync_session_that_fails_to_start_leaves_no_loop_thread(runsc: object, tmp_path: Path) -> None:
+    (tmp_path / "run.ipynb").write_text("{}")  # a record there already: the start is refused
+    box = SyncSession(tools=[SAMPLE_TOOLS], notebook=tmp_path / "run.ipynb", cwd=tmp_path)
+    with pytest.raises(RecordExists):
+        box.start()
+    assert not box._thread.is_alive()

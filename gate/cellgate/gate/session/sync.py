@@ -71,7 +71,12 @@ class SyncSession:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> SyncSession:
-        self._in_turn(self.session.start())
+        """Start the sandboxed kernel; if that fails, the loop thread is stopped too (nothing is left running)."""
+        try:
+            self._in_turn(self.session.start())
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
