@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from conftest import cellgate
 
-from cellgate.gate import ConfigError, SyncSession, tool_from_function
+from cellgate.gate import ConfigError, SyncSession, Tool
 
 pytestmark = pytest.mark.gvisor
 
@@ -50,7 +50,7 @@ def test_tools_added_mid_session_are_stubs_in_the_kernel_and_in_the_record(runsc
                              "except tools.ToolNotFound:\n    print('no double yet')")
         assert before.stdout == "no double yet\n", before.text
         sha_before = box.session.recorder.metadata["tools"]["manifest_sha256"]
-        box.add_tools(double, tool_from_function(wipe, decision="deny"))
+        box.add_tools(double, Tool.from_function(wipe, decision="deny"))
         assert [t["name"] for t in box.session.manifest] == ["double", "lookup", "wipe"]
         after = box.execute(AFTER)  # same kernel: `kept` is still there
         assert after.ok, after.text

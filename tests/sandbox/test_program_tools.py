@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate import SyncSession, tool_from_function
+from cellgate.gate import SyncSession, Tool
 from cellgate.gate.testing import ScriptedApprover
 
 pytestmark = pytest.mark.gvisor
@@ -48,8 +48,8 @@ def test_program_tools_are_allowed_unless_the_tool_or_the_policy_says_otherwise(
     (tmp_path / "cellgate.toml").write_text('[policy]\ndefault = "deny"\n\n[policy.tools.forbidden]\n'
                                             'decision = "deny"\n')
     approver = ScriptedApprover(["allow", "deny"])
-    tools = [lookup, replace(tool_from_function(wipe), decision="deny"),
-             tool_from_function(refund, decision="ask"), forbidden]
+    tools = [lookup, replace(Tool.from_function(wipe), decision="deny"),
+             Tool.from_function(refund, decision="ask"), forbidden]
     with SyncSession(tools=tools, config=tmp_path / "cellgate.toml", approver=approver,
                      notebook=tmp_path / "run.ipynb", cwd=tmp_path) as box:
         assert [t["name"] for t in box.session.manifest] == ["forbidden", "lookup", "refund", "wipe"]

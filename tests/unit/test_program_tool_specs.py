@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from cellgate.gate import ConfigError, Session, Tool, tool_from_function
+from cellgate.gate import ConfigError, Session, Tool
 from cellgate.gate.calls import program
 
 
@@ -19,8 +19,8 @@ def lookup(key: str) -> str:
 def test_callables_are_allowed_and_a_stated_decision_is_kept() -> None:
     module = types.ModuleType("northwind_like")
     exec("def count(n: int) -> int:\n    return n\n", module.__dict__)
-    paths, tools = program.split(["tools.py", lookup, tool_from_function(lookup, name="ask_me", decision="ask"),
-                                  dataclasses.replace(tool_from_function(lookup, name="never"), decision="deny"),
+    paths, tools = program.split(["tools.py", lookup, Tool.from_function(lookup, name="ask_me", decision="ask"),
+                                  dataclasses.replace(Tool.from_function(lookup, name="never"), decision="deny"),
                                   module], "Session(tools=...)")
     assert paths == ["tools.py"]
     assert [(t.name, t.default_decision, t.source) for t in tools] == [
@@ -41,4 +41,4 @@ def test_bad_tools_say_what_to_pass() -> None:
     with pytest.raises(ConfigError, match="decision 'maybe' is not one of 'allow', 'deny', 'ask'"):
         Tool("x", "", {"type": "object"}, lookup, decision="maybe")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="has no __name__"):
-        tool_from_function(type("Callable", (), {"__call__": lambda self: 1})())
+        Tool.from_function(type("Callable", (), {"__call__": lambda self: 1})())

@@ -56,6 +56,13 @@ class Tool:
                               "'ask'; pass one of them, or None to follow [policy]")
         object.__setattr__(self, "default_decision", "approve" if self.decision == "ask" else self.decision)
 
+    @classmethod
+    def from_function(cls, function: Callable[..., Any], name: str | None = None, source: str = "",
+                      decision: Literal["allow", "deny", "ask"] | None = None) -> Tool:
+        """A tool described from a function's signature and docstring (``tool_from_function``), e.g.
+        ``Tool.from_function(refund, decision="ask")``."""
+        return tool_from_function(function, name, source, decision)
+
     def manifest_entry(self) -> dict[str, Any]:
         # JSON object order is not kept by every writer (notebooks sort keys), so the
         # parameter order of the signature is stated explicitly.
