@@ -26,9 +26,9 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from cellgate.gate import (
+from cellgate.gate import CellgateError
+from cellgate.gate.ext import (
     ArtifactError,
-    CellgateError,
     answer_approval,
     blob_text,
     pending_approval,

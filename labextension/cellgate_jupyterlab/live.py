@@ -2,7 +2,7 @@
 
 A cellgate kernel is one whose kernelspec runs the cellgate launcher (``python -m cellgate.gate.session.launcher``);
 the launcher, a host process, saves which notebook it records to in its private state file, keyed by the
-connection file this server gave it (``cellgate.gate.kernel_recording``). Nothing the kernel says (its replies,
+connection file this server gave it (``cellgate.gate.ext.kernel_recording``). Nothing the kernel says (its replies,
 outputs or the notebook's metadata) is asked: a sandboxed kernel could name any path.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from cellgate.gate import KERNEL_LAUNCHER_MODULE, UntrustedLaunchState, kernel_recording
+from cellgate.gate.ext import KERNEL_LAUNCHER_MODULE, UntrustedLaunchState, kernel_recording
 
 
 class Verification(Protocol):
-    """What ``cellgate.gate.verify_run`` returns, as far as the reply reads it."""
+    """What ``cellgate.gate.ext.verify_run`` returns, as far as the reply reads it."""
 
     problems: list[str]
     unended: str | None

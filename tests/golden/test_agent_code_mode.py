@@ -14,7 +14,7 @@ from conftest import COUNTED_TOOLS as COUNTED
 from conftest import SNAPSHOTS, cellgate
 
 from cellgate.extensions.anthropic.testing import APIFailure, estimate_tokens, reply, text, tool_use
-from cellgate.gate import untrusted_markdown
+from cellgate.gate.ext import untrusted_markdown
 from cellgate.gate.testing import normalize_notebook
 
 GOLDEN = SNAPSHOTS / "agent_code_mode.json"

@@ -25,7 +25,8 @@ from conftest import free_port
 from jupyter_client.session import Session
 from zmq.utils.monitor import recv_monitor_message
 
-from cellgate.gate import CURVE_SERVER_KEY, SandboxBackend, SandboxError, SandboxHandle, SandboxRequest, SandboxStatus
+from cellgate.gate import SandboxError
+from cellgate.gate.ext import CURVE_SERVER_KEY, SandboxBackend, SandboxHandle, SandboxRequest, SandboxStatus
 from cellgate.gate.sandbox.backend import BACKENDS_GROUP, CHANNELS, endpoint
 from cellgate.gate.sandbox.container import kernel_python_path
 from cellgate.kernel import wire

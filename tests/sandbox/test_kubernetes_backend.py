@@ -34,7 +34,8 @@ from mcp import Client
 from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, KubernetesHandle
-from cellgate.gate import SandboxError, SandboxRequest, SandboxUnavailable, load_settings
+from cellgate.gate import SandboxError, SandboxUnavailable, load_settings
+from cellgate.gate.ext import SandboxRequest
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
 from cellgate.gate.testing import BlockingSession

@@ -105,7 +105,10 @@ CASES = {
     # Each forked kernel copy is charged to the sandbox: the cgroup backstop ends it as `memory`.
     "X2 fork bomb": Case("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
                          ("memory",), "SandboxMemoryLimit"),
-    "thread bomb": Case("import threading, time\nwhile True:\n"
+    # Small stacks, so that the pids limit ends it far from the address-space cap: with the default 2 MiB stacks the
+    # two tied at these limits, and at the address-space edge a new thread's stack fits but its first frame does
+    # not, so it dies (SystemError) and the loop starting the next one never ended (one CI run).
+    "thread bomb": Case("import threading, time\nthreading.stack_size(1 << 18)\nwhile True:\n"
                         "    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()",
                         ("error",), "RuntimeError: can't start new thread"),
     "X5 regex backtracking holding the GIL": Case("import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')",

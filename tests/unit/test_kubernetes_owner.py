@@ -20,7 +20,8 @@ from lightkube.resources.core_v1 import Pod
 
 from cellgate.extensions.kubernetes import backend as kubernetes_backend
 from cellgate.extensions.kubernetes.backend import KubernetesBackend, gate_owner, pod_gone
-from cellgate.gate import SandboxRequest, load_settings
+from cellgate.gate import load_settings
+from cellgate.gate.ext import SandboxRequest
 from cellgate.gate.sandbox import oci
 from cellgate.gate.sandbox.container import SandboxConfig
 

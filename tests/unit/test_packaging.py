@@ -35,6 +35,8 @@ def test_the_contracts_state_the_architecture() -> None:
     assert (("cellgate.gate",), ("cellgate.extensions",)) in forbidden
     assert (("cellgate.gate.sandbox",), ("cellgate.gate.calls", "cellgate.gate.audit")) in forbidden
     assert (("cellgate.extensions",), ("cellgate.gate.*",)) in forbidden
+    face = next(c for c in contracts if c["type"] == "forbidden" and c["source_modules"] == ["cellgate.extensions"])
+    assert face.get("ignore_imports") == ["cellgate.extensions.** -> cellgate.gate.ext"]  # of the gate's modules, ext
     kernel_rule = next(f for s, f in forbidden if s == ("cellgate.gate",) and "cellgate.kernel.runtime" in f)
     assert {"cellgate.kernel.kernel", "cellgate.kernel.outlog", "cellgate.kernel.snapshot"} <= set(kernel_rule)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cellgate.gate import SandboxBackend, sandbox_endpoint
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.config import SandboxSettings, Settings, load_settings
-from cellgate.gate.sandbox.backend import BACKENDS_GROUP, SandboxRequest, installed_backends, load_backend
+from cellgate.gate.ext import SandboxBackend
+from cellgate.gate.sandbox.backend import BACKENDS_GROUP, SandboxRequest, endpoint, installed_backends, load_backend
 from cellgate.gate.sandbox.local_backend import LocalBackend
 from cellgate.gate.session.launch import LaunchOptions, sandbox_config, settings_for
 
@@ -23,7 +23,7 @@ def _install(site: Path, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str
     lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
     (info / "entry_points.txt").write_text(f"[{BACKENDS_GROUP}]\n{lines}")
     (site / "scratch_backend.py").write_text(textwrap.dedent('''
-        from cellgate.gate import SandboxBackend
+        from cellgate.gate.ext import SandboxBackend
 
         class Scratch(SandboxBackend):
             name = "scratch"
@@ -75,8 +75,8 @@ def test_an_extension_backend_is_found_by_its_entry_point(tmp_path: Path, monkey
 def test_endpoints_from_connection_info() -> None:
     ipc = {"transport": "ipc", "ip": "/run/x/k", "shell_port": 1, "iopub_port": 2}
     tcp = {"transport": "tcp", "ip": "10.0.0.7", "shell_port": 5555, "control_port": 5558}
-    assert sandbox_endpoint(ipc, "iopub") == "ipc:///run/x/k-2"
-    assert sandbox_endpoint(tcp, "control") == "tcp://10.0.0.7:5558"
+    assert endpoint(ipc, "iopub") == "ipc:///run/x/k-2"
+    assert endpoint(tcp, "control") == "tcp://10.0.0.7:5558"
 
 
 def test_a_request_gives_a_remote_kernel_the_local_environment() -> None:

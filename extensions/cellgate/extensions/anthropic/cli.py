@@ -54,8 +54,9 @@ async def _main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from cellgate.gate import ConfigError, Session, waiting_notices
-    from cellgate.gate import clean_for_terminal as clean
+    from cellgate.gate import ConfigError, Session
+    from cellgate.gate.ext import clean_for_terminal as clean
+    from cellgate.gate.ext import waiting_notices
 
     from .config import AgentSettings
     from .loop import AgentLoop

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from cellgate.gate import StrictModel
+from cellgate.gate.ext import StrictModel
 
 
 class AgentSettings(StrictModel):

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cellgate.gate import untrusted_markdown
+from cellgate.gate.ext import untrusted_markdown
 
 if TYPE_CHECKING:
-    from cellgate.gate import CellRecord, Recorder
-    from cellgate.gate import JournalEventRun as Run
+    from cellgate.gate.ext import CellRecord, Recorder
+    from cellgate.gate.ext import JournalEventRun as Run
 
 
 # -- what the loop writes

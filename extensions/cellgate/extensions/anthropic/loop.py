@@ -21,7 +21,8 @@ from typing import Any, Literal, TypeVar
 
 import anthropic
 
-from cellgate.gate import ModelTurn, Session
+from cellgate.gate import Session
+from cellgate.gate.ext import ModelTurn
 
 from . import events
 from .config import AgentSettings

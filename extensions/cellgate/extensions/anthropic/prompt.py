@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cellgate.gate import stub_signature
+from cellgate.gate.ext import stub_signature
 
 EXECUTE_PYTHON: dict[str, Any] = {
     "name": "execute_python",

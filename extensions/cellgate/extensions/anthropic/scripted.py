@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from cellgate.gate import ConfigError, StrictModel
+from cellgate.gate import ConfigError
+from cellgate.gate.ext import StrictModel
 
 from .testing import reply, text, tool_use
 

@@ -11,7 +11,8 @@ import base64
 import re
 from typing import Any
 
-from cellgate.gate import CellResult, trim
+from cellgate.gate import CellResult
+from cellgate.gate.ext import trim
 
 __all__ = ["cell_view", "trim"]
 

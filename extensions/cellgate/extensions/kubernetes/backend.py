@@ -48,15 +48,8 @@ from typing_extensions import override
 
 from cellgate.extensions.kubernetes import manifests
 from cellgate.extensions.kubernetes.config import KubernetesConfig
-from cellgate.gate import (
-    CURVE_SERVER_KEY,
-    SandboxBackend,
-    SandboxError,
-    SandboxHandle,
-    SandboxRequest,
-    SandboxStatus,
-    SandboxUnavailable,
-)
+from cellgate.gate import SandboxError, SandboxUnavailable
+from cellgate.gate.ext import CURVE_SERVER_KEY, SandboxBackend, SandboxHandle, SandboxRequest, SandboxStatus
 
 T = TypeVar("T")
 OWNER_ANNOTATION = "cellgate.dev/gate"  # JSON: {"host", "pid", "start"} of the gate process that made the object

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from cellgate.gate import StrictModel
+from cellgate.gate.ext import StrictModel
 
 
 class KubernetesConfig(StrictModel):

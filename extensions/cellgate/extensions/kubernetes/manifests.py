@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from pydantic import Field, field_validator, model_validator
 
-from cellgate.gate import SandboxLimits, StrictModel, sandbox_kernel_environment
+from cellgate.gate.ext import SandboxLimits, StrictModel, sandbox_kernel_environment
 
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "cellgate"}
 SESSION_LABEL: Final = "cellgate.dev/session"

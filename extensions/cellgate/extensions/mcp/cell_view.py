@@ -19,7 +19,8 @@ from typing import Any
 from mcp_types import ContentBlock, ImageContent, TextContent
 from pydantic import BaseModel, Field
 
-from cellgate.gate import CellResult, trim
+from cellgate.gate import CellResult
+from cellgate.gate.ext import trim
 
 __all__ = ["IMAGE_LIMIT", "OUTPUT_BUDGET", "CellOutput", "cell_content", "cell_images", "cell_output", "cell_text"]
 

@@ -32,7 +32,8 @@ __all__ = ["add_parser", "loopback"]
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from cellgate.gate import ConfigError, find_config, load_settings
+    from cellgate.gate import ConfigError, load_settings
+    from cellgate.gate.ext import find_config
 
     from .config import McpConfig
 

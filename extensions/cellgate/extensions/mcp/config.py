@@ -12,7 +12,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from cellgate.gate import StrictModel
+from cellgate.gate.ext import StrictModel
 
 
 class McpServer(StrictModel):

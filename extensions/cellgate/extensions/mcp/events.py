@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cellgate.gate import CellRecord
-    from cellgate.gate import JournalEventRun as Run
+    from cellgate.gate.ext import CellRecord
+    from cellgate.gate.ext import JournalEventRun as Run
 
 
 def render_principal(run: Run, record: dict[str, Any]) -> CellRecord | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from cellgate.gate import RESERVED_TOOL_NAMES
+from cellgate.gate.ext import RESERVED_TOOL_NAMES
 
 _NOT_WORD = re.compile(r"[^A-Za-z0-9_]+")
 

@@ -31,14 +31,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ToolAnnotations
 from opentelemetry import propagate
 
-from cellgate.gate import (
-    ConfigError,
-    Settings,
-    ToolRegistry,
-    close_sources,
-    open_sources,
-    stub_signature,
-)
+from cellgate.gate import ConfigError, Settings, ToolRegistry
+from cellgate.gate.ext import close_sources, open_sources, stub_signature
 from cellgate.kernel import runtime
 
 from . import stopping

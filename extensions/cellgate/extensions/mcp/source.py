@@ -30,7 +30,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult
 from mcp_types import Tool as McpTool
 
-from cellgate.gate import CellgateError, ConfigError, Settings, SourceUnavailable, Tool, ToolSource
+from cellgate.gate import CellgateError, ConfigError, Settings, SourceUnavailable, Tool
+from cellgate.gate.ext import ToolSource
 
 from .config import McpConfig, McpServer
 from .names import python_names

@@ -12,7 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from cellgate.gate import ConfigError, Settings, Telemetry
+from cellgate.gate import ConfigError, Settings
+from cellgate.gate.ext import Telemetry
 
 from .config import OtelSettings
 

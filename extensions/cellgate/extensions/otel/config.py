@@ -10,7 +10,7 @@ import os
 
 from pydantic import Field
 
-from cellgate.gate import StrictModel
+from cellgate.gate.ext import StrictModel
 
 # Standard variables that ask for an exporter (the OpenTelemetry SDK's environment specification).
 ASKING = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",

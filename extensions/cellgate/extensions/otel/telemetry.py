@@ -29,7 +29,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from cellgate.gate import CallRecord, CallSpan, ModelTurn, Telemetry
+from cellgate.gate.ext import CallRecord, CallSpan, ModelTurn, Telemetry
 
 from . import providers
 from .config import OtelSettings

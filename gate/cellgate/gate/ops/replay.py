@@ -1,7 +1,9 @@
 """`cellgate replay`: rerun a recorded run with the recorded tool results.
 
 A fresh sandboxed kernel gets the recorded tool set (stubs from the recorded
-manifest) and re-executes the recorded cells in order. The recording is
+manifest) and re-executes the recorded cells in order (a ``command`` cell runs
+its argv again); each file the run uploaded is put back from its blob, checked,
+before the cell that came after it. The recording is
 untrusted input: the sandbox settings, policy and live tools are the
 operator's (``replay_trust``), and recorded results are read only from the
 run's own blobs after their size and sha256 check out (``artifacts``). ``ReplayGate``
@@ -18,19 +20,24 @@ same gate and recorder, for a person to attach to (``ReplayGate.attach``,
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cellgate.gate._errors import ConfigError
-from cellgate.gate.audit.artifacts import ArtifactError, blob_value
+from cellgate.gate.audit.artifacts import ArtifactError, blob_value, open_confined, read_capped, run_name
 from cellgate.gate.audit.show import journal_of, load_notebook
 from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.ops.replay_trust import live_tools, operator_settings
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+UPLOADS_ONLY = "uploads-only"  # not a cell: the files uploaded after the recording's last cell
 
 
 @dataclass
@@ -44,12 +51,46 @@ class RecordedCall:
     used: bool = False
 
 
+@dataclass(frozen=True)
+class RecordedUpload:
+    """A file the recorded session uploaded (a ``file-uploaded`` cell), put back before the next cell runs."""
+
+    path: str
+    size: int
+    sha256: str
+    blob: str
+    folder: Path
+    journal_file: str
+
+    def read(self, limit: int) -> bytes:
+        """Its bytes from the run's own blob, after its name, type, size and sha256 check out."""
+        what = f"the uploaded file {self.path!r}: its blob"
+        if not _DIGEST.match(self.sha256):
+            raise ArtifactError(f"{what} has no valid sha256 ({self.sha256[:80]!r}); the recording is damaged or "
+                                "forged")
+        expected = f"{run_name(self.journal_file)}.blobs/{self.sha256}.bin"
+        if self.blob != expected:
+            raise ArtifactError(f"{what} is named {self.blob[:200]!r}, not {expected!r}; the recording is damaged "
+                                "or forged")
+        if not 0 <= self.size <= limit:
+            raise ArtifactError(f"{what} is {self.size:,} bytes, over [sandbox] file_limit_mb ({limit:,} bytes) of "
+                                "this replay; raise file_limit_mb to replay it")
+        data = read_capped(open_confined(self.folder, self.blob, what), self.size, f"{what} {self.blob!r}",
+                           "its recorded size: it was replaced or damaged")
+        if len(data) != self.size or hashlib.sha256(data).hexdigest() != self.sha256:
+            raise ArtifactError(f"{what} {self.blob!r} does not match its recorded size and sha256: it was "
+                                "replaced or damaged; replay refuses to put it back")
+        return data
+
+
 @dataclass
 class RecordedCell:
     source: str
     status: str
     error: dict[str, str] | None
     calls: list[RecordedCall] = field(default_factory=list)
+    argv: list[str] | None = None  # a command cell's (``Session.run_command``)
+    uploads: list[RecordedUpload] = field(default_factory=list)  # files uploaded before it, in order
 
 
 def _result(call: dict[str, Any], folder: Path, journal_file: str, where: str) -> Any:
@@ -66,18 +107,38 @@ def _result(call: dict[str, Any], folder: Path, journal_file: str, where: str) -
 def load_recording(path: Path) -> tuple[Any, list[RecordedCell]]:
     nb = load_notebook(path)
     journal_file = journal_of(path, nb)
-    cells = []
-    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
-    for number, cell in enumerate(code_cells, start=1):
+    cells: list[RecordedCell] = []
+    uploads: list[RecordedUpload] = []
+    number = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            upload = _recorded_upload(cell, path.parent, journal_file)
+            if upload is not None:
+                uploads.append(upload)
+            continue
+        number += 1
         try:
             cells.append(_recorded_cell(cell, number, path.parent, journal_file))
+            cells[-1].uploads, uploads = uploads, []
         except ConfigError:  # an ArtifactError, already naming the call
             raise
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ConfigError(f"{path}: cell {number}'s metadata.cellgate is malformed ({type(exc).__name__}: "
                               f"{str(exc)[:200]}); the notebook is damaged or forged: check it with "
                               "`cellgate verify`") from None
+    if uploads:  # after the last cell: put back too, for a person attached to the replay
+        cells.append(RecordedCell(source="", status=UPLOADS_ONLY, error=None, uploads=uploads))
     return nb, cells
+
+
+def _recorded_upload(cell: Any, folder: Path, journal_file: str) -> RecordedUpload | None:
+    meta = cell.get("metadata", {}).get("cellgate", {})
+    if not isinstance(meta, dict) or meta.get("kind") != "file-uploaded":
+        return None
+    size = meta.get("size")
+    return RecordedUpload(path=str(meta.get("path", "")), size=size if isinstance(size, int) else -1,
+                          sha256=str(meta.get("sha256", "")), blob=str(meta.get("blob", "")), folder=folder,
+                          journal_file=journal_file)
 
 
 def _recorded_cell(cell: Any, number: int, folder: Path, journal_file: str) -> RecordedCell:
@@ -89,8 +150,11 @@ def _recorded_cell(cell: Any, number: int, folder: Path, journal_file: str) -> R
                                   ok=bool(c.get("ok")),
                                   result=_result(c, folder, journal_file, where) if c.get("ok") else None,
                                   error=_error(c.get("error"))))
+    argv = meta.get("argv") if meta.get("kind") == "command" else None
+    if argv is not None and not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        raise ValueError(f"the command cell's argv is {str(argv)[:200]!r}, not a list of strings")
     return RecordedCell(source=str(cell.source), status=str(meta.get("status")), error=_error(meta.get("error")),
-                        calls=calls)
+                        calls=calls, argv=argv)
 
 
 def _error(value: Any) -> dict[str, str] | None:
@@ -262,6 +326,17 @@ def same_failure(recorded: RecordedCell, status: str, error: dict[str, str] | No
     return status == recorded.status
 
 
+async def run_recorded(session: Any, recorded: RecordedCell) -> Any:
+    """Run a recorded cell again: its code, or the command it ran (with the cell's error, for ``same_failure``)."""
+    if recorded.argv is None:
+        return await session.execute(recorded.source)
+    from cellgate.gate.session.commands import command_code
+    from cellgate.gate.session.session import CellResult
+
+    record = await session._execute(command_code(recorded.argv, None), None, None, None, recorded.argv)
+    return CellResult.from_record(record)
+
+
 async def replay(path: Path, live: set[str], output: Path, config: str | None = None,
                  interactive: bool = False, stop: Any = None, say: Any = print, *, tools: Sequence[str | Path] = (),
                  unsafe_no_sandbox: bool = False, note: Any = None) -> ReplayOutcome:
@@ -296,8 +371,14 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
     try:
         gate = session.provisioner.service.dispatcher  # type: ignore[union-attr]
         assert isinstance(gate, ReplayGate)  # made by `factory`
+        limit = settings.sandbox.file_limit_mb << 20
         for index, recorded in enumerate(cells, start=1):
-            result = await session.execute(recorded.source)
+            for upload in recorded.uploads:  # the files it may read, as they were
+                placed = await session.upload(upload.path, upload.read(limit))
+                say(f"put back {placed.path} ({placed.size:,} bytes, sha256 {placed.sha256[:16]}…) before cell {index}")
+            if recorded.status == UPLOADS_ONLY:
+                continue
+            result = await run_recorded(session, recorded)
             note = f"cell {index}: recorded {recorded.status}, replayed {result.status}"
             lines.append(note)
             say(note)

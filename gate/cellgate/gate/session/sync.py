@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.program import ToolSpec
+from cellgate.gate.session.commands import CommandResult
+from cellgate.gate.session.files import FileRecord
 from cellgate.gate.session.session import CellResult, Session
 
 T = TypeVar("T")
@@ -140,20 +142,17 @@ class SyncSession:
         """Interrupt the running cell now (not queued); it ends ``interrupted``."""
         self.run_async(self.session.interrupt())
 
-    def run_command(self, argv: list[str], timeout: float | None = None) -> Any:
+    def run_command(self, argv: Sequence[str], timeout: float | None = None) -> CommandResult:
         """Run a command in the sandbox (see ``Session.run_command``), queued as a cell is."""
-        run: Callable[..., Coroutine[Any, Any, Any]] = getattr(self.session, "run_command")
-        return self._in_turn(run(argv, timeout=timeout))
+        return self._in_turn(self.session.run_command(argv, timeout=timeout))
 
-    def upload(self, path: str, data: bytes) -> Any:
+    def upload(self, path: str, data: bytes) -> FileRecord:
         """Put a file into the sandbox (see ``Session.upload``), queued as a cell is."""
-        upload: Callable[..., Coroutine[Any, Any, Any]] = getattr(self.session, "upload")
-        return self._in_turn(upload(path, data))
+        return self._in_turn(self.session.upload(path, data))
 
     def download(self, path: str) -> bytes:
         """A file's bytes from the sandbox (see ``Session.download``), queued as a cell is."""
-        download: Callable[..., Coroutine[Any, Any, bytes]] = getattr(self.session, "download")
-        return self._in_turn(download(path))
+        return self._in_turn(self.session.download(path))
 
     @property
     def notebook_path(self) -> Path:
