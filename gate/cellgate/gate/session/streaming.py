@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cellgate.gate.session.session import CellResult
-
-Execute = Callable[..., Coroutine[Any, Any, "CellResult"]]  # Session.execute
+# Session.execute (its CellResult is not named here: session imports this module, never the other way)
+Execute = Callable[..., Coroutine[Any, Any, object]]
 _END = object()
 
 

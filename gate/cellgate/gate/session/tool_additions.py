@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.sanitize import untrusted_markdown
@@ -24,7 +24,19 @@ if TYPE_CHECKING:
     from cellgate.gate.audit.cells import CellRecord
     from cellgate.gate.audit.events import Run
     from cellgate.gate.session.provisioner import Started
-    from cellgate.gate.session.session import CellResult
+
+class Ran(Protocol):
+    """What ``add`` reads of the install cell's ``CellResult`` (session imports this module, not the reverse)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
 
 EVENT = "tools-added"
 WHERE = "add_tools(...)"
@@ -46,7 +58,7 @@ def install_cell(files: dict[str, str], names: list[str]) -> str:
             f"__import__('cellgate.kernel.tool_update', fromlist=['install']).install({files!r});\n")
 
 
-async def add(started: Started, execute: Callable[[str], Awaitable[CellResult]], items: Iterable[Any]) -> None:
+async def add(started: Started, execute: Callable[[str], Awaitable[Ran]], items: Iterable[Any]) -> None:
     tools = described(items)
     if not tools:
         return
