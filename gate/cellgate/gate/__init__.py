@@ -2,7 +2,7 @@
 
 The public face, what a program that runs agent code in cellgate imports::
 
-    from cellgate.gate import Session, CellResult, Tool, ToolRegistry, Settings
+    from cellgate.gate import Session, SyncSession, CellResult, Tool, ToolRegistry, Settings
 
 Sessions (``Session``, ``Pool``, ``CellResult``), the tools a session offers (``Tool``, ``ToolRegistry``,
 ``Secret``), the configuration (``Settings``, ``load_settings``) and the errors, each a ``CellgateError`` with a
@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.session.files import FileRecord
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
+    from cellgate.gate.session.sync import SyncSession
 
 # name on the face -> "module" (same name there) or "module:name"
 _FACE = {
@@ -63,6 +64,7 @@ _FACE = {
     "SandboxError": "cellgate.gate._errors",
     "SandboxUnavailable": "cellgate.gate._errors",
     "SessionError": "cellgate.gate._errors",
+    "SyncSession": "cellgate.gate.session.sync",
     "SourceUnavailable": "cellgate.gate._errors",
 }
 
@@ -72,8 +74,7 @@ __all__ = [
     "Settings", "load_settings",  # configuration (a Session finds cellgate.toml itself: Session(config=...))
     "CellgateError", "ConfigError", "KernelDied", "PoolExhausted", "RecordExists", "SandboxError",  # errors
     "SandboxUnavailable", "SessionError", "SourceUnavailable",
-    # Reserved for the library API of issue #31 (added by its branch; the face stays at 20 names or fewer):
-    # "SyncSession",
+    "SyncSession",  # the library API of issue #31 (the face stays at 20 names or fewer)
 ]
 assert sorted(__all__) == sorted(_FACE)
 

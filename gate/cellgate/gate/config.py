@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
@@ -37,6 +37,9 @@ M = TypeVar("M", bound=BaseModel)
 
 class ToolsConfig(StrictModel):
     modules: list[str] = Field(default_factory=list, description="Python files whose public functions are tools")
+    call_style: Literal["module", "ptc"] = Field(
+        default="module", description='"ptc": each tool is also a top-level `async def name(args: dict) -> str` in '
+        "the kernel's namespace (Anthropic's programmatic tool calling style; tools.ptc holds them either way)")
 
 
 class FrontendSettings(StrictModel):

@@ -1,7 +1,7 @@
 """Test seams shipped as public API (as httpx ships MockTransport).
 
-``BlockingSession`` drives a ``Session`` from synchronous code (tests,
-notebooks, scripts) by running its event loop on a private thread.
+``BlockingSession`` is ``SyncSession`` (the public blocking session) under
+the name the tests use.
 ``ScriptedApprover`` answers approval requests from a script and keeps what
 it was asked; ``FakeToolSource`` serves in-memory tools as a tool source
 does (``Session(approver=..., sources=[...])``).
@@ -10,13 +10,11 @@ does (``Session(approver=..., sources=[...])``).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from typing_extensions import override
 
@@ -25,46 +23,11 @@ from cellgate.gate.calls.approval import ApprovalAnswer, ApprovalRequest, Approv
 from cellgate.gate.calls.registry import Tool, tool_from_function
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
-from cellgate.gate.session.session import CellResult, Session
-
-T = TypeVar("T")
+from cellgate.gate.session.sync import SyncSession
 
 
-class BlockingSession:
-    def __init__(self, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="cellgate-session", daemon=True)
-        self._thread.start()
-        self.session = Session(**options)
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 900) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def start(self) -> BlockingSession:
-        self._run(self.session.start())
-        return self
-
-    def execute(self, code: str, timeout: float | None = None) -> CellResult:
-        return self._run(self.session.execute(code, timeout))
-
-    def restart(self) -> None:
-        self._run(self.session.restart())
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            self._run(self.session.shutdown())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
-
-    def __enter__(self) -> BlockingSession:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class BlockingSession(SyncSession):
+    """The name tests have long used for ``SyncSession`` (one implementation: ``session/sync.py``)."""
 
 
 # --------------------------------------------------------------------------

@@ -11,6 +11,8 @@ Modules:
   environment (names and shapes only).
 - ``errors``: the exceptions a tool call raises inside a cell.
 - ``runtime``: the comm client the generated ``tools`` stubs call.
+- ``ptc``: what ``tools.ptc``'s functions call (one dict in, JSON text out).
+- ``tool_update``: replaces the ``tools`` package in place when tools are added to a running session.
 - ``stubgen``: generates the ``tools`` package source from a tool manifest.
 - ``kernel``: ``CellgateKernel``, the ipykernel subclass.
 - ``snapshot``: waits to be checkpointed when started for a snapshot image.

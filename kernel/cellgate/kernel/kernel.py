@@ -5,7 +5,8 @@ Additions to ``IPythonKernel``:
 - gate replies arrive as ``comm_msg`` on the **control** channel (the shell
   channel is blocked while a cell runs) and go straight to the tools runtime;
   the host's file requests arrive the same way and go to ``files``;
-- the generated ``tools`` package is imported into the user namespace;
+- the generated ``tools`` package is imported into the user namespace (with ``call_style = "ptc"``, the
+  functions of ``tools.ptc`` too);
 - stream output is also logged to a host-backed file and IOPub messages are
   numbered, so output survives the kernel's death and losses show (``outlog``);
 - in restricted mode (``CELLGATE_RESTRICTED``), cells run under
@@ -29,7 +30,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, outlog, runtime, wire
+from . import files, outlog, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -248,6 +249,9 @@ class CellgateKernel(IPythonKernel):
         self.shell.user_ns["tools"] = tools
         # Keep `tools` out of %who and `del`-by-reset surprises like other preloads.
         self.shell.user_ns_hidden["tools"] = tools
+        functions = ptc.namespace(tools)  # [tools] call_style = "ptc": each tool also a top-level async function
+        self.shell.user_ns.update(functions)
+        self.shell.user_ns_hidden.update(functions)
 
     @override
     async def process_control(self, msg: Any) -> None:

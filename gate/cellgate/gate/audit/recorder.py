@@ -59,6 +59,7 @@ class Recorder:
         self._syncing: asyncio.Future[int] | None = None
         self._lock = threading.RLock()
         self._followers: dict[str, Callable[[dict[str, Any]], None]] = {}  # msg_id -> who is told its outputs
+        self._call_followers: dict[str, Callable[[dict[str, Any]], None]] = {}  # msg_id -> who is told its calls
         # Set by the session to its gate's ``SecretScrubber.scrub_record``: applied to every record before it is written.
         self.scrub: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
         # Set by the session to its observer (``cellgate.gate.telemetry``): told of cells as they start and end.
@@ -124,6 +125,15 @@ class Recorder:
         with self._lock:
             if self._followers.get(msg_id) is follower:
                 del self._followers[msg_id]
+            if self._call_followers.get(msg_id) is follower:
+                del self._call_followers[msg_id]
+
+    def follow_calls(self, msg_id: str, follower: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Tell ``follower`` each gated call of the cell ``msg_id`` as it finishes (its record as the notebook
+        holds it, secrets scrubbed; on the recording thread); returns the function that stops it."""
+        with self._lock:
+            self._call_followers[msg_id] = follower
+        return lambda: self._unfollow(msg_id, follower)
 
     def execute_input(self, cell: CellRecord, count: int) -> None:
         self._write("execute-input", msg_id=cell.msg_id, execution_count=count)
@@ -169,6 +179,9 @@ class Recorder:
         with self._lock:
             cell.call_records.append(record)
             self._write("call-finished", msg_id=cell.msg_id, call=entry)
+            follower = self._call_followers.get(cell.msg_id)
+        if follower is not None:
+            follower(self.scrub({"call": entry})["call"])
         if cell.status is not None:  # finished after its cell ended (e.g. an approval withdrawn at the end)
             self.write_notebook()
 

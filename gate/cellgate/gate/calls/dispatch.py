@@ -155,6 +155,11 @@ class Dispatcher:
         self.secrets = SecretScrubber()
         self.telemetry: CallObserver = NO_OBSERVER  # the session's observer (``cellgate.gate.telemetry``)
 
+    def tool_added(self, tool: Tool) -> None:
+        """``tool`` joins a running session (``Session.add_tools``): called before the registry has it."""
+        self._validators[tool.name] = jsonschema.Draft202012Validator(tool.parameters)
+        self._fillers[tool.name] = DefaultsFiller(tool.parameters)
+
     def note_secret_args(self, tool: str, args: dict[str, Any]) -> None:
         """Remember the values of ``tool``'s secret arguments (before anything about the call is recorded)."""
         for name in self.policy.secret_args(tool):

@@ -4,7 +4,10 @@ A pure function of the tool manifest: the same manifest always gives the same
 source, byte for byte (it is snapshot-tested). Each tool becomes a sync
 function with a real signature and docstring, so ``help(tools.x)`` and tab
 completion work; ``tools.aio`` holds async twins; ``tools.search()`` and
-``tools.describe()`` are for discovery when the set is large.
+``tools.describe()`` are for discovery when the set is large; ``tools.ptc``
+holds each top-level tool as ``async def name(args: dict) -> str`` (the style
+of Anthropic's programmatic tool calling: one dict in, JSON text out), which
+the kernel also puts in the user namespace when ``call_style="ptc"``.
 
 A manifest entry is ``{"name", "description", "parameters", "order"}``, where
 ``parameters`` is the JSON Schema (an object schema) of the tool's arguments
@@ -31,7 +34,10 @@ from typing import Any
 
 from cellgate.gate._errors import ConfigError
 
-RESERVED = frozenset({"search", "describe", "aio", "ToolError", "ReplayDivergence"})
+RESERVED = frozenset({"search", "describe", "aio", "ptc", "ToolError", "ReplayDivergence"})
+CALL_STYLES = ("module", "ptc")  # [tools] call_style
+PTC_NOTE = ("Programmatic-tool-calling style: pass one dict of the arguments above; the result comes back as "
+            "JSON text (a str result as it is).")
 # A session without tools says why at the first use of one. No host path: the sandbox gets none (the banner has it).
 NO_TOOLS = (
     "no tools are configured (no cellgate.toml in the folder the kernel started in and CELLGATE_CONFIG unset, "
@@ -184,6 +190,25 @@ def _function(tool: dict[str, Any], asynchronous: bool) -> str:
     return f"{head} {short}{signature(tool)} -> {returns}:\n    {docstring_literal(docstring(tool))}\n    {body}\n"
 
 
+def _ptc_function(tool: dict[str, Any]) -> str:
+    name = tool["name"]
+    doc = docstring_literal(f"{docstring(tool)}\n\n{PTC_NOTE}")
+    return (f"async def {name}(args: dict[str, _t.Any] | None = None) -> str:\n    {doc}\n"
+            f"    return await _ptc.call({name!r}, args)\n")
+
+
+def _ptc_module(tools: list[dict[str, Any]], header: str) -> str:
+    names = [t["name"] for t in tools]
+    return "".join([
+        '"""The session\'s tools in the style of Anthropic\'s programmatic tool calling.\n\n'
+        "Each is ``async def name(args: dict) -> str``: one dict of arguments in, the result as JSON text out,\n"
+        "gated and recorded like every other call (``from tools.ptc import *``, or ``[tools] call_style =\n"
+        '\"ptc\"`` to have them in the namespace already)."""\n',
+        header, "from cellgate.kernel import ptc as _ptc\n\n\n",
+        *(_ptc_function(t) + "\n" for t in tools),
+        f"__all__ = {names!r}\n", _missing(names)])
+
+
 def validate_manifest(manifest: list[dict[str, Any]]) -> None:
     seen: set[str] = set()
     top = {t["name"] for t in manifest if "." not in t["name"]}
@@ -219,8 +244,11 @@ def _module(tools: list[dict[str, Any]], header: str, doc: str, asynchronous: bo
     return "".join(parts)
 
 
-def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
-    """The files of the ``tools`` package: {relative path: source}."""
+def generate(manifest: list[dict[str, Any]], call_style: str = "module") -> dict[str, str]:
+    """The files of the ``tools`` package: {relative path: source}; ``call_style`` ([tools] call_style): "ptc"
+    has the kernel put ``tools.ptc``'s functions in the user namespace."""
+    if call_style not in CALL_STYLES:
+        raise ConfigError(f"call_style {call_style!r} is not one of {', '.join(CALL_STYLES)}; fix [tools] call_style")
     validate_manifest(manifest)
     tools = sorted((t for t in manifest if "." not in t["name"]), key=lambda t: t["name"])
     names = [t["name"] for t in tools]
@@ -257,11 +285,13 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
         "def describe(name: str) -> str:\n"
         "    'The signature and full description of the tool called name.'\n"
         "    return _runtime.describe(_MANIFEST, _SIGNATURES, name, __name__)\n\n"
-        "from . import aio  # noqa: E402\n"
+        "from . import aio, ptc  # noqa: E402\n"
         + "".join(f"from . import {ns}  # noqa: E402\n" for ns in namespaces)
         + "\n"
-        f"__all__ = {sorted(names + [str(result_type_name(t)) for t in tools if result_type_name(t)] + ['search', 'describe', 'aio'] + list(namespaces))!r}\n"
+        f"__all__ = {sorted(names + [str(result_type_name(t)) for t in tools if result_type_name(t)] + ['search', 'describe', 'aio', 'ptc'] + list(namespaces))!r}\n"
     )
+    if call_style != "module":  # read by the kernel when it preloads the package (kernel.CellgateKernel)
+        init.append(f"__cellgate_call_style__ = {call_style!r}\n")
     init.append(_missing([t["name"] for t in everything], "" if manifest else NO_TOOLS))
     aio = ['"""Async twins of the session\'s tools, for asyncio.gather."""\n', header, "\n"]
     typed = sorted({str(result_type_name(t)) for t in tools if result_type_name(t)})
@@ -270,7 +300,7 @@ def generate(manifest: list[dict[str, Any]]) -> dict[str, str]:
     aio += [_function(t, asynchronous=True) + "\n" for t in tools]
     aio.append(f"__all__ = {names!r}\n")
     aio.append(_missing(names))
-    files = {"tools/__init__.py": "".join(init), "tools/aio.py": "".join(aio)}
+    files = {"tools/__init__.py": "".join(init), "tools/aio.py": "".join(aio), "tools/ptc.py": _ptc_module(tools, header)}
     for ns, members in namespaces.items():
         doc = f'"""Tools of {ns} (an MCP server or other source), called through the host gate."""\n'
         files[f"tools/{ns}/__init__.py"] = _module(members, header, doc, False, ["aio"]).replace(

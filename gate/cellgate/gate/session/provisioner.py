@@ -137,7 +137,7 @@ class GVisorProvisioner(LocalProvisioner):
         configured = [] if options.registry else configured_sources(settings)
         sources = open_all([*configured, *options.sources], registry)
         try:
-            tools_files = stubgen.generate(registry.manifest())
+            tools_files = stubgen.generate(registry.manifest(), settings.tools.call_style)
             metadata = session_metadata(settings, registry, backend.runtime(), [*settings.tool_paths(), *granted],
                                         uuid.uuid4().hex, options.metadata)
             recorder, service = self._start_relay(settings, registry, sources, metadata)

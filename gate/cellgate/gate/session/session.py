@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -26,14 +26,16 @@ from typing_extensions import Unpack
 from cellgate.gate._errors import KernelDied, SessionError
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
 from cellgate.gate.calls.policy import Policy
+from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
-from cellgate.gate.session import commands, files
+from cellgate.gate.session import commands, files, streaming, tool_additions
 from cellgate.gate.session.commands import CommandResult
 from cellgate.gate.session.files import FileRecord
 from cellgate.gate.session.launch import (
@@ -122,7 +124,10 @@ class CellResult:
 class Session:
     """One sandboxed kernel with its tools, gate and audit notebook.
 
-    ``tools``, ``config``, ``settings`` and the ``[sandbox]`` overrides
+    ``tools`` are paths of tool modules, modules, plain functions or ``Tool`` objects: the program starting the
+    session chose them, so each is allowed unless ``[policy.tools.<name>]`` or the tool's own
+    ``Tool(decision="deny" | "ask")`` says otherwise (``calls.program``; docs: "Tools from your program").
+    ``config``, ``settings`` and the ``[sandbox]`` overrides
     (``isolation``, ``memory_mb``, ...) say what it runs with; ``registry``,
     ``sources``, ``approver``, ``gate_factory``, ``recorder_factory`` and
     ``journal_factory`` replace the parts it is made of (tests, replay,
@@ -135,7 +140,7 @@ class Session:
         self,
         *,
         config: str | Path | None = None,
-        tools: Sequence[str | Path] = (),
+        tools: Sequence[ToolSpec] = (),
         notebook: str | Path | None = None,
         isolation: Literal["gvisor", "none"] | None = None,
         cwd: str | Path | None = None,
@@ -152,8 +157,11 @@ class Session:
     ) -> None:
         if traceparent is not None:
             metadata = {**(metadata or {}), "traceparent": checked_traceparent(traceparent)}
+        paths, own = program.split(tools, "Session(tools=...)")
+        if own:  # the program's functions and Tools: a source opened with the others (calls.program: their policy)
+            sources = (*sources, program.ProgramTools(own))
         self._options = LaunchOptions(
-            settings=settings, config=str(config) if config else None, tools=tuple(str(t) for t in tools),
+            settings=settings, config=str(config) if config else None, tools=tuple(paths),
             notebook=Path(notebook) if notebook else None,
             sandbox=MappingProxyType({"isolation": isolation, **sandbox}),
             metadata=MappingProxyType(dict(metadata or {})),
@@ -285,12 +293,13 @@ class Session:
         await self.provisioner.interrupt()
 
     async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None,
-                      on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
+                      on_output: Callable[[dict[str, Any]], None] | None = None,
+                      on_call: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end. ``traceparent``: the caller's
         trace, which the cell's span continues when the session is traced (sent in the request's metadata).
         ``on_output`` is called on this event loop with each output as it is recorded (as the notebook holds
-        it), all of them before this returns."""
-        return CellResult.from_record(await self._execute(code, timeout, traceparent, on_output))
+        it), all of them before this returns; ``on_call`` likewise with each gated call's record as it ends."""
+        return CellResult.from_record(await self._execute(code, timeout, traceparent, on_output, on_call=on_call))
 
     async def run_command(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         """Run ``argv`` in the sandbox (no shell unless argv names one, e.g. ``["sh", "-c", line]``), as one cell
@@ -313,7 +322,8 @@ class Session:
 
     async def _execute(self, code: str, timeout: float | None, traceparent: str | None,
                        on_output: Callable[[dict[str, Any]], None] | None,
-                       argv: list[str] | None = None) -> CellRecord:
+                       argv: list[str] | None = None,
+                       on_call: Callable[[dict[str, Any]], None] | None = None) -> CellRecord:
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         provisioner = self.provisioner
@@ -339,6 +349,14 @@ class Session:
                 loop.call_soon_threadsafe(told, output)
 
             unfollow = started.recorder.follow(msg_id, follower)
+        unfollow_calls = None
+        if on_call is not None:
+            calls_loop, told_call = asyncio.get_running_loop(), on_call
+
+            def call_follower(call: dict[str, Any]) -> None:
+                calls_loop.call_soon_threadsafe(told_call, call)
+
+            unfollow_calls = started.recorder.follow_calls(msg_id, call_follower)
         future = provisioner.result_future(msg_id)
         self._client.shell_channel.send(msg)
         limit = timeout or (box.cell_timeout + box.interrupt_grace + 60)
@@ -350,6 +368,8 @@ class Session:
             provisioner.forget_command(msg_id)
             if unfollow is not None:
                 unfollow()
+            if unfollow_calls is not None:
+                unfollow_calls()
         await self._drain_replies()
         status = str(record.status)
         if status in ("killed", "kernel-died", "memory") or "message-size" in record.limits_hit:
@@ -362,6 +382,20 @@ class Session:
             self.recorder.kernel_restarted(reason, self._names)
             self._names = []
         return record
+
+    async def add_tools(self, *tools: ToolSpec) -> None:
+        """Add tools to the running session: functions, ``Tool``s, modules, tool module paths or a registry's
+        tools, with the policy ``Session(tools=...)`` gives them. The gate knows them at once; the kernel's
+        ``tools`` package gains their stubs through a cell (in the notebook, after a note naming them); later
+        kernels (restarts) start with them. A name the session has already is a ``ConfigError``, and then
+        nothing is added."""
+        await tool_additions.add(self.provisioner.started, self.execute, tools)
+
+    def stream(self, code: str, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Run ``code`` as one cell and yield what it does as it happens: each output (an nbformat dict, as the
+        notebook holds it), each gated call as it ends (``{"event": "call", "tool", "decision", "ok", ...}``),
+        then ``{"event": "end", "result": CellResult}``. Closing the iterator early waits for the cell's end."""
+        return streaming.stream(self.execute, code, timeout)
 
     async def _drain_replies(self) -> None:
         """Read execute replies only for the names they list: the host's record, not the reply, is the result."""

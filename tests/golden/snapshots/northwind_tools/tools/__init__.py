@@ -41,9 +41,9 @@ def describe(name: str) -> str:
     'The signature and full description of the tool called name.'
     return _runtime.describe(_MANIFEST, _SIGNATURES, name, __name__)
 
-from . import aio  # noqa: E402
+from . import aio, ptc  # noqa: E402
 
-__all__ = ['aio', 'create_task', 'describe', 'list_orders', 'search']
+__all__ = ['aio', 'create_task', 'describe', 'list_orders', 'ptc', 'search']
 
 
 def __getattr__(name: str) -> _t.NoReturn:
