@@ -43,6 +43,18 @@ class Tool:
     accepts_idempotency_key: bool = False
     # JSON Schema of the result, when the source declares one (an MCP outputSchema): typed in the stubs.
     returns: dict[str, Any] | None = None
+    # The decision the program that hands the tool to a session states for it (``Session(tools=[...])``,
+    # ``add_tools``): "ask" is the policy's "approve". When set, it is the default decision (the policy's
+    # [policy.tools.<name>] still overrides it, as it does every tool's default).
+    decision: Literal["allow", "deny", "ask"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.decision is None:
+            return
+        if self.decision not in ("allow", "deny", "ask"):
+            raise ConfigError(f"tool {self.name!r}: decision {self.decision!r} is not one of 'allow', 'deny', "
+                              "'ask'; pass one of them, or None to follow [policy]")
+        object.__setattr__(self, "default_decision", "approve" if self.decision == "ask" else self.decision)
 
     def manifest_entry(self) -> dict[str, Any]:
         # JSON object order is not kept by every writer (notebooks sort keys), so the
@@ -63,8 +75,13 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
-def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "") -> Tool:
-    name = name or function.__name__
+def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "",
+                       decision: Literal["allow", "deny", "ask"] | None = None) -> Tool:
+    """A tool described from a function's signature and docstring (``decision``: see ``Tool.decision``)."""
+    name = name or getattr(function, "__name__", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"tool {function!r} has no __name__ to call it by; pass name=... (tool_from_function) "
+                          "or a Tool")
     check_identifier(name, "tool name")
     import docstring_parser
     from pydantic import TypeAdapter
@@ -105,7 +122,7 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
             prop["description"] = described[arg]
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
-                accepts_idempotency_key=takes_key, returns=_result_schema(function))
+                accepts_idempotency_key=takes_key, returns=_result_schema(function), decision=decision)
 
 
 def _result_schema(function: Callable[..., Any]) -> dict[str, Any] | None:

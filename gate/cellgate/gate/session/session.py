@@ -26,9 +26,11 @@ from typing_extensions import Unpack
 from cellgate.gate._errors import KernelDied, SessionError
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
 from cellgate.gate.calls.policy import Policy
+from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
@@ -122,7 +124,10 @@ class CellResult:
 class Session:
     """One sandboxed kernel with its tools, gate and audit notebook.
 
-    ``tools``, ``config``, ``settings`` and the ``[sandbox]`` overrides
+    ``tools`` are paths of tool modules, modules, plain functions or ``Tool`` objects: the program starting the
+    session chose them, so each is allowed unless ``[policy.tools.<name>]`` or the tool's own
+    ``Tool(decision="deny" | "ask")`` says otherwise (``calls.program``; docs: "Tools from your program").
+    ``config``, ``settings`` and the ``[sandbox]`` overrides
     (``isolation``, ``memory_mb``, ...) say what it runs with; ``registry``,
     ``sources``, ``approver``, ``gate_factory``, ``recorder_factory`` and
     ``journal_factory`` replace the parts it is made of (tests, replay,
@@ -135,7 +140,7 @@ class Session:
         self,
         *,
         config: str | Path | None = None,
-        tools: Sequence[str | Path] = (),
+        tools: Sequence[ToolSpec] = (),
         notebook: str | Path | None = None,
         isolation: Literal["gvisor", "none"] | None = None,
         cwd: str | Path | None = None,
@@ -152,8 +157,11 @@ class Session:
     ) -> None:
         if traceparent is not None:
             metadata = {**(metadata or {}), "traceparent": checked_traceparent(traceparent)}
+        paths, own = program.split(tools, "Session(tools=...)")
+        if own:  # the program's functions and Tools: a source opened with the others (calls.program: their policy)
+            sources = (*sources, program.ProgramTools(own))
         self._options = LaunchOptions(
-            settings=settings, config=str(config) if config else None, tools=tuple(str(t) for t in tools),
+            settings=settings, config=str(config) if config else None, tools=tuple(paths),
             notebook=Path(notebook) if notebook else None,
             sandbox=MappingProxyType({"isolation": isolation, **sandbox}),
             metadata=MappingProxyType(dict(metadata or {})),
