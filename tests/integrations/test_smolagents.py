@@ -1,0 +1,84 @@
+"""smolagents' CodeAgent on CellgateExecutor, in the real gVisor sandbox, driven by a scripted smolagents Model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nbformat
+import pytest
+from conftest import ANSWER, DENY_TASKS, LATE, PLAIN_PROGRAM, session_options, tally
+from smolagents import CodeAgent, tool
+from smolagents.models import ChatMessage, MessageRole, Model
+
+from cellgate.extensions.smolagents import CellgateExecutor, PackagesUnavailable
+from cellgate.gate import SyncSession
+
+pytestmark = [pytest.mark.gvisor, pytest.mark.xdist_group("smolagents")]
+
+
+class ScriptedModel(Model):
+    """smolagents' Model interface: each generate() is the next scripted reply; what it was shown is kept."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__(model_id="scripted")
+        self.replies = list(replies)
+        self.seen: list[str] = []
+
+    def generate(self, messages: list[Any], stop_sequences: list[str] | None = None, **kwargs: Any) -> ChatMessage:
+        self.seen.append("\n".join(str(m.content if hasattr(m, "content") else m.get("content")) for m in messages))
+        return ChatMessage(role=MessageRole.ASSISTANT, content=self.replies.pop(0))
+
+
+def code(text: str, thought: str = "Thought: next step.") -> str:
+    return f"{thought}\n<code>\n{text}\n</code>"
+
+
+def test_codeagent_answers_northwind_with_every_call_gated(runsc: object, tmp_path: Path,
+                                                            northwind: ModuleType) -> None:
+    model = ScriptedModel([
+        code(PLAIN_PROGRAM),
+        code("final_answer(f'{len(orders)} {len(late)}')", "Thought: the counts are printed; answer."),
+    ])
+    with SyncSession(**session_options(tmp_path)) as box:
+        agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                          executor=CellgateExecutor(box), max_steps=4)
+        answer = agent.run("Follow up October's late NorthPost orders; answer with the two counts.")
+        notebook = box.notebook_path
+    assert answer == ANSWER
+    assert ANSWER in model.seen[-1]  # the first step's printed output reached the model
+    # Every tool call went through the gate: in the record, with its decision; the answer too.
+    assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE,
+                               ("final_answer", "allow"): 1}
+    sources = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells)
+    assert "def forward" not in sources and "random.Random" not in sources  # no tool's code entered the sandbox
+    assert "list_orders = tools.list_orders" in sources  # only its name, bound to the gated stub
+
+
+def test_a_denied_tool_is_an_error_the_agent_sees_and_the_record_has(runsc: object, tmp_path: Path,
+                                                                      northwind: ModuleType) -> None:
+    tasks_before = len(northwind._tasks)
+    model = ScriptedModel([
+        code("task = create_task('202610-00001', 'follow_up')\nprint(task)"),
+        code("final_answer('create_task is not allowed')", "Thought: the task was refused."),
+    ])
+    with SyncSession(**session_options(tmp_path, DENY_TASKS)) as box:
+        agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                          executor=CellgateExecutor(box), max_steps=3)
+        answer = agent.run("Open a follow-up for order 202610-00001.")
+        notebook = box.notebook_path
+    assert answer == "create_task is not allowed"
+    failed = agent.memory.steps[1]
+    assert failed.error is not None and "ToolDenied" in str(failed.error)  # smolagents' own error of the step
+    assert "ToolDenied" in model.seen[-1]  # ... which the model was shown
+    assert tally(notebook)[("create_task", "deny")] == 1
+    assert len(northwind._tasks) == tasks_before  # it never ran on the host
+
+
+def test_install_packages_says_what_cellgate_offers_instead(runsc: object, tmp_path: Path) -> None:
+    with SyncSession(**session_options(tmp_path)) as box:
+        executor = CellgateExecutor(box)
+        with pytest.raises(PackagesUnavailable, match="no network") as raised:
+            executor.install_packages(["pandas"])
+    assert "cellgate's own Python environment" in str(raised.value) and "tool of the agent" in str(raised.value)
