@@ -35,8 +35,9 @@ def sandbox_outputs(state: dict[str, object]) -> list[str]:
 def test_codeact_answers_northwind_with_every_call_gated(runsc: object, tmp_path: Path,
                                                          northwind: ModuleType) -> None:
     model = script(fenced(PLAIN_PROGRAM), f"Of {ANSWER.split()[0]} orders, {LATE} were late: {ANSWER}")
-    with SyncSession(**session_options(tmp_path)) as box:
-        agent = create_codeact(model, [northwind.list_orders, northwind.create_task], CodeActEval(box)).compile()
+    tools = [northwind.list_orders, northwind.create_task]
+    with SyncSession(tools=tools, **session_options(tmp_path)) as box:
+        agent = create_codeact(model, tools, CodeActEval(box)).compile()
         state = agent.invoke({"messages": [{"role": "user", "content": "Follow up October's late NorthPost orders."}]})
         notebook = box.notebook_path
     assert sandbox_outputs(state) == [f"{ANSWER}\n"]
@@ -50,8 +51,9 @@ def test_a_denied_tool_is_an_error_in_the_graph_and_a_denial_in_the_record(runsc
                                                                            northwind: ModuleType) -> None:
     tasks_before = len(northwind._tasks)
     model = script(fenced("print(create_task('202610-00001', 'follow_up'))"), "The task was refused.")
-    with SyncSession(**session_options(tmp_path, DENY_TASKS)) as box:
-        agent = create_codeact(model, [northwind.list_orders, northwind.create_task], CodeActEval(box)).compile()
+    tools = [northwind.list_orders, northwind.create_task]
+    with SyncSession(tools=tools, **session_options(tmp_path, DENY_TASKS)) as box:
+        agent = create_codeact(model, tools, CodeActEval(box)).compile()
         state = agent.invoke({"messages": [{"role": "user", "content": "Open a follow-up for 202610-00001."}]})
         notebook = box.notebook_path
     [output] = sandbox_outputs(state)

@@ -13,7 +13,6 @@ from smolagents import CodeAgent, tool
 from smolagents.models import ChatMessage, MessageRole, Model
 
 from cellgate.extensions.smolagents import CellgateExecutor, PackagesUnavailable
-from cellgate.gate import SyncSession
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.xdist_group("smolagents")]
 
@@ -41,11 +40,14 @@ def test_codeagent_answers_northwind_with_every_call_gated(runsc: object, tmp_pa
         code(PLAIN_PROGRAM),
         code("final_answer(f'{len(orders)} {len(late)}')", "Thought: the counts are printed; answer."),
     ])
-    with SyncSession(**session_options(tmp_path)) as box:
-        agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
-                          executor=CellgateExecutor(box), max_steps=4)
+    executor = CellgateExecutor(**session_options(tmp_path))  # starts its session at agent.run, with the tools
+    agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                      executor=executor, max_steps=4)
+    try:
         answer = agent.run("Follow up October's late NorthPost orders; answer with the two counts.")
-        notebook = box.notebook_path
+        notebook = executor.session.notebook_path
+    finally:
+        agent.cleanup()
     assert answer == ANSWER
     assert ANSWER in model.seen[-1]  # the first step's printed output reached the model
     # Every tool call went through the gate: in the record, with its decision; the answer too.
@@ -63,11 +65,14 @@ def test_a_denied_tool_is_an_error_the_agent_sees_and_the_record_has(runsc: obje
         code("task = create_task('202610-00001', 'follow_up')\nprint(task)"),
         code("final_answer('create_task is not allowed')", "Thought: the task was refused."),
     ])
-    with SyncSession(**session_options(tmp_path, DENY_TASKS)) as box:
-        agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
-                          executor=CellgateExecutor(box), max_steps=3)
+    executor = CellgateExecutor(**session_options(tmp_path, DENY_TASKS))
+    agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                      executor=executor, max_steps=3)
+    try:
         answer = agent.run("Open a follow-up for order 202610-00001.")
-        notebook = box.notebook_path
+        notebook = executor.session.notebook_path
+    finally:
+        agent.cleanup()
     assert answer == "create_task is not allowed"
     failed = agent.memory.steps[1]
     assert failed.error is not None and "ToolDenied" in str(failed.error)  # smolagents' own error of the step
@@ -76,9 +81,7 @@ def test_a_denied_tool_is_an_error_the_agent_sees_and_the_record_has(runsc: obje
     assert len(northwind._tasks) == tasks_before  # it never ran on the host
 
 
-def test_install_packages_says_what_cellgate_offers_instead(runsc: object, tmp_path: Path) -> None:
-    with SyncSession(**session_options(tmp_path)) as box:
-        executor = CellgateExecutor(box)
-        with pytest.raises(PackagesUnavailable, match="no network") as raised:
-            executor.install_packages(["pandas"])
+def test_install_packages_says_what_cellgate_offers_instead(tmp_path: Path) -> None:
+    with pytest.raises(PackagesUnavailable, match="no network") as raised:
+        CellgateExecutor(additional_imports=["pandas"], **session_options(tmp_path))
     assert "cellgate's own Python environment" in str(raised.value) and "tool of the agent" in str(raised.value)

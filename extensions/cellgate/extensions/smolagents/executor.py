@@ -45,11 +45,12 @@ class PackagesUnavailable(ConfigError):
 
 
 class CellgateExecutor(RemotePythonExecutor):
-    """A smolagents remote executor on a cellgate session: ``CodeAgent(..., executor=CellgateExecutor(box))``.
+    """A smolagents remote executor on a cellgate session: ``CodeAgent(..., executor=CellgateExecutor(...))``.
 
-    ``session`` is a ``cellgate.gate.SyncSession``; without one, the executor starts its own from
-    ``session_options`` (``SyncSession``'s keywords: ``config``, ``notebook``, ...) and ``cleanup()`` (called by
-    ``agent.cleanup()``) closes it. A session handed in stays open: its owner closes it.
+    Given ``session_options`` (``SyncSession``'s keywords: ``config``, ``notebook``, ...), the executor starts its
+    own session when the agent first runs, with the agent's tools, and ``cleanup()`` (``agent.cleanup()``) closes
+    it. Given a started ``session``, it adds the agent's tools to it (``add_tools``) and leaves it open: its owner
+    closes it.
     """
 
     def __init__(self, session: SyncSession | None = None, *, logger: AgentLogger | None = None,
@@ -60,16 +61,25 @@ class CellgateExecutor(RemotePythonExecutor):
         super().__init__(list(additional_imports or []), logger or AgentLogger(level=LogLevel.INFO))
         if self.additional_imports:
             self.install_packages(self.additional_imports)
+        self._session = session
+        self._options = session_options
         self._owned = session is None
-        self.session = session if session is not None else SyncSession(**session_options).start()
+        self._waiting: dict[str, Any] = {}  # variables sent before the owned session started
         self._tools: dict[str, Any] = {}  # name -> the smolagents Tool (or managed agent) its host tool calls
         self._lock = threading.Lock()
         self._answers: list[Any] = []  # final_answer values received during the running cell
 
+    @property
+    def session(self) -> SyncSession:
+        """The session the code runs in (an owned one exists once the agent has run)."""
+        if self._session is None:
+            raise RuntimeError("CellgateExecutor: the session starts when the agent first runs (agent.run)")
+        return self._session
+
     # ------------------------------------------------------------------ tools
     def send_tools(self, tools: dict[str, Any]) -> None:
         """Called by ``agent.run()`` with the agent's tools and managed agents: each becomes a gated host tool
-        (added to the session the first time it is seen), and the sandbox gets a top-level name for it."""
+        (given to the session the first time it is seen), and the sandbox gets a top-level name for it."""
         fresh = []
         for name, tool in tools.items():
             _check_name(name)
@@ -77,9 +87,20 @@ class CellgateExecutor(RemotePythonExecutor):
             self._tools[name] = tool  # a later run's object with the same name replaces it: calls look it up
             if not known:
                 fresh.append(self._host_tool(name, tool))
-        if fresh:
-            self.session.add_tools(*fresh)
+        if self._session is None:
+            self._session = SyncSession(tools=fresh, **self._options).start()
+            if self._waiting:
+                super().send_variables(self._waiting)
+        elif fresh:
+            self._session.add_tools(*fresh)
         self._bind(sorted(tools))
+
+    def send_variables(self, variables: dict[str, Any]) -> None:
+        """smolagents' own (JSON into the kernel's namespace); before an owned session starts, kept until it does."""
+        if self._session is None:
+            self._waiting = dict(variables)
+        else:
+            super().send_variables(variables)
 
     def _host_tool(self, name: str, tool: Any) -> Tool:
         def call(**args: Any) -> Any:
@@ -134,8 +155,8 @@ class CellgateExecutor(RemotePythonExecutor):
 
     def cleanup(self) -> None:
         """Close the session if this executor started it (``agent.cleanup()`` calls this)."""
-        if self._owned:
-            self.session.close()
+        if self._owned and self._session is not None:
+            self._session.close()
 
 
 def input_schema(name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
