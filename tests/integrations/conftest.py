@@ -89,3 +89,21 @@ def tally(notebook: Path) -> dict[tuple[str, str], int]:
     for tool, decision, times in gated_calls(notebook):
         counts[tool, decision] = counts.get((tool, decision), 0) + times
     return counts
+
+
+EXAMPLES = NORTHWIND.parent / "integrations"
+
+
+@pytest.fixture
+def example(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Import an example of docs/integrations (examples/integrations/NAME.py) as the docs page shows it."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"integration_example_{name}", EXAMPLES / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

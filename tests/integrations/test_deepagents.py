@@ -82,3 +82,11 @@ def test_a_denied_tool_is_an_error_tool_message_and_a_denial_in_the_record(runsc
     assert denied.status == "error" and "ToolDenied" in str(denied.content)
     assert tally(notebook) == {("create_task", "deny"): 1}
     assert len(northwind._tasks) == tasks_before
+
+
+def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, example: Any) -> None:
+    model = calls(("write_file", {"file_path": SCRIPT, "content": PROGRAM}),
+                  ("python", {"code": f"exec(open({SCRIPT!r}).read())"}), ANSWER)
+    answer, notebook = example("deepagents_agent").run(model, tmp_path / "run.ipynb")
+    assert answer == ANSWER
+    assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import nbformat
 import pytest
@@ -60,3 +61,12 @@ def test_a_denied_tool_is_an_error_in_the_graph_and_a_denial_in_the_record(runsc
     assert output.startswith("ToolDenied: ") and "create_task" in output  # what the model reads next
     assert tally(notebook) == {("create_task", "deny"): 1}
     assert len(northwind._tasks) == tasks_before
+
+
+def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, example: Any) -> None:
+    model = script(fenced(PLAIN_PROGRAM), ANSWER)
+    answer, notebook = example("codeact_agent").run(model, tmp_path / "run.ipynb")
+    assert answer == ANSWER
+    assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE}
+    outputs = [o.get("text") for c in nbformat.read(notebook, as_version=4).cells for o in c.outputs]
+    assert f"{ANSWER}\n" in outputs  # what the model was shown, as the record has it

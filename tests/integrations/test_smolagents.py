@@ -85,3 +85,11 @@ def test_install_packages_says_what_cellgate_offers_instead(tmp_path: Path) -> N
     with pytest.raises(PackagesUnavailable, match="no network") as raised:
         CellgateExecutor(additional_imports=["pandas"], **session_options(tmp_path))
     assert "cellgate's own Python environment" in str(raised.value) and "tool of the agent" in str(raised.value)
+
+
+def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, example: Any) -> None:
+    model = ScriptedModel([code(PLAIN_PROGRAM), code("final_answer(f'{len(orders)} {len(late)}')")])
+    answer, notebook = example("smolagents_agent").run(model, tmp_path / "run.ipynb")
+    assert answer == ANSWER
+    assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE,
+                               ("final_answer", "allow"): 1}

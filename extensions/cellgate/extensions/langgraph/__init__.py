@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from .deepagents import CellgateSandbox, python_tool
 
 _NAMES = {"CodeActEval": ".codeact", "CellgateSandbox": ".deepagents", "python_tool": ".deepagents"}
-__all__ = sorted(_NAMES)
+__all__ = ["CellgateSandbox", "CodeActEval", "python_tool"]
+assert sorted(__all__) == sorted(_NAMES)
 
 
 def __getattr__(name: str) -> Any:

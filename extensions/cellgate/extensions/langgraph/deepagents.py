@@ -10,8 +10,6 @@ that runs code as a cell of the kernel, where ``tools.<name>`` is every tool of 
 
 from __future__ import annotations
 
-from typing import Any
-
 from deepagents.backends.protocol import (
     FILE_NOT_FOUND,
     IS_DIRECTORY,
