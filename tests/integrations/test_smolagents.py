@@ -27,6 +27,9 @@ class ScriptedModel(Model):
 
     def generate(self, messages: list[Any], stop_sequences: list[str] | None = None, **kwargs: Any) -> ChatMessage:
         self.seen.append("\n".join(str(m.content if hasattr(m, "content") else m.get("content")) for m in messages))
+        if not self.replies:
+            raise AssertionError(f"the agent asked for step {len(self.seen)}; the script has no more (the last "
+                                 f"step did not end the run). It was shown:\n{self.seen[-1][-2000:]}")
         return ChatMessage(role=MessageRole.ASSISTANT, content=self.replies.pop(0))
 
 
