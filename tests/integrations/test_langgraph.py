@@ -70,3 +70,18 @@ def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, examp
     assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE}
     outputs = [o.get("text") for c in nbformat.read(notebook, as_version=4).cells for o in c.outputs]
     assert f"{ANSWER}\n" in outputs  # what the model was shown, as the record has it
+
+
+
+def test_after_the_session_restarts_the_kernel_the_names_are_bound_again(runsc: object, tmp_path: Path,
+                                                                         northwind: ModuleType) -> None:
+    # Forked copies of the kernel together pass the sandbox's memory limit: the session restarts the kernel.
+    hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    model = script(fenced(hog), fenced(PLAIN_PROGRAM), ANSWER)
+    tools = [northwind.list_orders, northwind.create_task]
+    with SyncSession(tools=tools, memory_mb=512, cell_timeout=60.0, **session_options(tmp_path)) as box:
+        agent = create_codeact(model, tools, CodeActEval(box)).compile()
+        state = agent.invoke({"messages": [{"role": "user", "content": "Follow up October's late NorthPost orders."}]})
+    first, second = sandbox_outputs(state)
+    assert first.startswith("SandboxMemoryLimit: ")
+    assert second == f"{ANSWER}\n"

@@ -23,6 +23,12 @@ def binding_code(names: Iterable[str]) -> str:
     return "\n".join(lines)
 
 
+def restarted(result: CellResult) -> bool:
+    """The session restarted the kernel after this cell (the sandbox's memory, a message over the size bound):
+    its variables, the bound names among them, are gone (docs: the sandbox's bounds)."""
+    return result.status == "memory" or "message-size" in result.limits_hit
+
+
 def cell_text(result: CellResult) -> str:
     """What the agent reads back: the cell's printed text, then its error or why it ended, if it did not end ok."""
     text = "".join(o.get("text", "") for o in result.outputs if o.get("output_type") == "stream")

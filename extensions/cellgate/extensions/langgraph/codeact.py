@@ -14,7 +14,7 @@ from typing import Any
 
 from cellgate.gate import SyncSession, tool_from_function
 
-from .binding import binding_code, cell_text
+from .binding import binding_code, cell_text, restarted
 
 
 class CodeActEval:
@@ -32,7 +32,10 @@ class CodeActEval:
             if not bound.ok:
                 return f"binding the tools' names in the sandbox failed: {cell_text(bound)}", {}
             self._bound = frozenset(tools)
-        return cell_text(self.session.execute(script)), {}
+        result = self.session.execute(script)
+        if restarted(result):
+            self._bound = frozenset()  # bound again before the next script
+        return cell_text(result), {}
 
     def _add(self, tools: dict[str, Callable[..., Any]]) -> None:
         have = {entry["name"] for entry in self.session.session.manifest}

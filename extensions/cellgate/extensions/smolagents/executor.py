@@ -68,6 +68,7 @@ class CellgateExecutor(RemotePythonExecutor):
         self._tools: dict[str, Any] = {}  # name -> the smolagents Tool (or managed agent) its host tool calls
         self._lock = threading.Lock()
         self._answers: list[Any] = []  # final_answer values received during the running cell
+        self._unbound = False  # the kernel was restarted after a cell: its names are bound again before the next
 
     @property
     def session(self) -> SyncSession:
@@ -127,6 +128,7 @@ class CellgateExecutor(RemotePythonExecutor):
             else:
                 lines.append(f"{name} = tools.{name}")
         result = self.session.execute("\n".join(lines))
+        self._unbound = not result.ok
         if not result.ok:
             raise AgentError(f"binding the tools' names in the sandbox failed: {_problem(result)}", self.logger)
 
@@ -135,9 +137,14 @@ class CellgateExecutor(RemotePythonExecutor):
         """One cell in the sandbox: its printed text is the logs, its last value (as text) the output; the value
         ``final_answer`` received on the host makes it the final answer; any other error is an ``AgentError``,
         which the agent shows the model."""
+        if self._unbound:
+            self._bind(sorted(self._tools))
         with self._lock:
             self._answers.clear()
         result = self.session.execute(code)
+        # The session restarts the kernel after the sandbox's memory or a message over the size bound: the
+        # variables are gone, the bound names among them (docs: the sandbox's bounds).
+        self._unbound = result.status == "memory" or "message-size" in result.limits_hit
         with self._lock:
             answers = list(self._answers)
         logs = "".join(o.get("text", "") for o in result.outputs if o.get("output_type") == "stream")
