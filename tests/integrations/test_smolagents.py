@@ -96,3 +96,19 @@ def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, examp
     assert answer == ANSWER
     assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE,
                                ("final_answer", "allow"): 1}
+
+
+
+def test_after_the_session_restarts_the_kernel_the_names_are_bound_again(runsc: object, tmp_path: Path,
+                                                                         northwind: ModuleType) -> None:
+    # Forked copies of the kernel together pass the sandbox's memory limit: the session restarts the kernel.
+    hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    model = ScriptedModel([code(hog), code(PLAIN_PROGRAM), code("final_answer(f'{len(orders)} {len(late)}')")])
+    executor = CellgateExecutor(memory_mb=512, cell_timeout=60.0, **session_options(tmp_path))
+    agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                      executor=executor, max_steps=4)
+    try:
+        assert agent.run("Follow up October's late NorthPost orders.") == ANSWER
+    finally:
+        agent.cleanup()
+    assert "SandboxMemoryLimit" in str(agent.memory.steps[1].error)
