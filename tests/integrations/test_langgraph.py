@@ -72,6 +72,17 @@ def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, examp
     assert f"{ANSWER}\n" in outputs  # what the model was shown, as the record has it
 
 
+def test_tools_the_session_lacks_are_added_from_the_graphs_context(runsc: object, tmp_path: Path,
+                                                                   northwind: ModuleType) -> None:
+    model = script(fenced(PLAIN_PROGRAM), ANSWER)
+    with SyncSession(**session_options(tmp_path)) as box:  # no tools: create_codeact's are added at the first step
+        agent = create_codeact(model, [northwind.list_orders, northwind.create_task], CodeActEval(box)).compile()
+        state = agent.invoke({"messages": [{"role": "user", "content": "Follow up October's late NorthPost orders."}]})
+        assert sorted(t["name"] for t in box.session.manifest) == ["create_task", "list_orders"]
+        notebook = box.notebook_path
+    assert sandbox_outputs(state) == [f"{ANSWER}\n"]
+    assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE}
+
 
 def test_after_the_session_restarts_the_kernel_the_names_are_bound_again(runsc: object, tmp_path: Path,
                                                                          northwind: ModuleType) -> None:

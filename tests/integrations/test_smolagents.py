@@ -13,6 +13,7 @@ from smolagents import CodeAgent, tool
 from smolagents.models import ChatMessage, MessageRole, Model
 
 from cellgate.extensions.smolagents import CellgateExecutor, PackagesUnavailable
+from cellgate.gate import SyncSession
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.xdist_group("smolagents")]
 
@@ -97,6 +98,20 @@ def test_the_docs_example_answers_northwind(runsc: object, tmp_path: Path, examp
     assert tally(notebook) == {("list_orders", "allow"): 1, ("create_task", "allow"): LATE,
                                ("final_answer", "allow"): 1}
 
+
+def test_a_session_handed_in_gets_the_agents_tools_added_and_stays_open(runsc: object, tmp_path: Path,
+                                                                       northwind: ModuleType) -> None:
+    model = ScriptedModel([code(PLAIN_PROGRAM), code("final_answer(f'{len(orders)} {len(late)}')")])
+    with SyncSession(**session_options(tmp_path)) as box:
+        assert box.session.manifest == []
+        agent = CodeAgent(tools=[tool(northwind.list_orders), tool(northwind.create_task)], model=model,
+                          executor=CellgateExecutor(box), max_steps=4)
+        assert agent.run("Follow up October's late NorthPost orders.") == ANSWER
+        agent.cleanup()
+        assert sorted(t["name"] for t in box.session.manifest) == ["create_task", "final_answer", "list_orders"]
+        assert box.execute("print(len(late))").stdout == f"{LATE}\n"  # still open: the owner closes it
+        notebook = box.notebook_path
+    assert tally(notebook)[("create_task", "allow")] == LATE
 
 
 def test_after_the_session_restarts_the_kernel_the_names_are_bound_again(runsc: object, tmp_path: Path,
