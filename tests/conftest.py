@@ -84,7 +84,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 # Folder -> marker. A test file outside these folders is an error: every test belongs to a tier.
 TIERS = {"unit": "unit", "kernel": "kernel", "sandbox": "gvisor", "security": "gvisor", "golden": "golden",
-         "browser": "browser"}
+         "browser": "browser", "integrations": "gvisor"}
 
 
 def tier_of(path: Path) -> str:
