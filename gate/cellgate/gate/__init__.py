@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate._errors import (
         CellgateError,
         ConfigError,
+        FileRefused,
+        FileTooLarge,
         KernelDied,
         PoolExhausted,
         RecordExists,
@@ -68,6 +70,8 @@ if TYPE_CHECKING:  # the names for type checkers; at run time the face imports t
     from cellgate.gate.session.launcher_state import LaunchState as KernelLaunchState
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
     from cellgate.gate.session.launcher_state import recording as kernel_recording
+    from cellgate.gate.session.commands import CommandResult
+    from cellgate.gate.session.files import FileRecord
     from cellgate.gate.session.pool import Pool
     from cellgate.gate.session.session import CellResult, Session
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
@@ -81,6 +85,10 @@ _FACE = {
     "CellResult": "cellgate.gate.session.session",
     "CURVE_SERVER_KEY": "cellgate.gate.sandbox.backend",
     "CellgateError": "cellgate.gate._errors",
+    "CommandResult": "cellgate.gate.session.commands",
+    "FileRecord": "cellgate.gate.session.files",
+    "FileRefused": "cellgate.gate._errors",
+    "FileTooLarge": "cellgate.gate._errors",
     "ConfigError": "cellgate.gate._errors",
     "JournalEventRun": "cellgate.gate.audit.events:Run",
     "KernelDied": "cellgate.gate._errors",
@@ -136,6 +144,7 @@ _FACE = {
 __all__ = [
     "untrusted_markdown",  # text nobody checked (a model's) as a markdown cell may show it
     "ArtifactError", "CURVE_SERVER_KEY", "CallRecord", "CallSpan", "CellRecord", "CellResult", "CellgateError",
+    "CommandResult", "FileRecord", "FileRefused", "FileTooLarge",  # Session.run_command, upload, download
     "ConfigError", "JournalEventRun", "KernelDied", "MemoryWatch", "ModelTurn", "Pool", "PoolExhausted",
     "RESERVED_TOOL_NAMES", "RecordExists", "Recorder", "SandboxBackend", "SandboxError", "SandboxHandle", "SandboxLimits",
     "SandboxRequest", "SandboxStatus", "SandboxUnavailable", "Secret", "Session", "SessionError", "Settings",

@@ -10,6 +10,8 @@
     ├── SandboxError(RuntimeError)     the sandbox failed to start or misbehaved
     ├── SessionError(RuntimeError)     a session operation could not be done
     │   ├── KernelDied                 the sandboxed kernel died or was killed
+    │   ├── FileTooLarge               an upload or download over [sandbox] file_limit_mb
+    │   ├── FileRefused                a file path or transfer the sandbox refused or the host did not accept
     │   └── PoolExhausted              no sandbox of the pool became free in time
     ├── SourceUnavailable(RuntimeError)  a tool source (e.g. an MCP server) cannot serve a call
     ├── JournalError(OSError)          the journal could not be written: no further side effects may run
@@ -45,6 +47,22 @@ class SessionError(CellgateError, RuntimeError):
 
 class KernelDied(SessionError):
     code: Literal["kernel-died"] = "kernel-died"
+
+
+class FileTooLarge(SessionError):
+    """A file moved in or out of the sandbox is over ``[sandbox] file_limit_mb``; nothing of it was written."""
+
+    code: Literal["file-too-large"] = "file-too-large"
+
+    def __init__(self, message: str, *, path: str, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.path, self.size, self.limit = path, size, limit
+
+
+class FileRefused(SessionError):
+    """A file path or transfer was refused (outside the workspace, missing, malformed); nothing was recorded."""
+
+    code: Literal["file-refused"] = "file-refused"
 
 
 class SourceUnavailable(CellgateError, RuntimeError):
@@ -93,5 +111,7 @@ __all__ = [
     "SandboxError",
     "SessionError",
     "KernelDied",
+    "FileRefused",
+    "FileTooLarge",
     "SourceUnavailable",
 ]

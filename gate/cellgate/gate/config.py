@@ -61,6 +61,8 @@ class SandboxSettings(StrictModel):
     cgroup_parent: str | None = Field(default=None, description="without root: the cgroup an admin delegated to this "
                                       "user (v1: under the user's own cgroup path in each of memory and pids; "
                                       "else $CELLGATE_CGROUP_PARENT); each sandbox gets a child there")
+    file_limit_mb: int = Field(default=64, ge=1, le=4096, description="largest file Session.upload or download "
+                               "moves in or out of the sandbox (each kept as a blob of the record)")
     output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
     pool: int = Field(default=0, ge=0, le=64, description="sandboxes started ahead by servers that hand out sessions "
                                                   "(cellgate mcp serve); each is used by one session only")

@@ -4,6 +4,7 @@ Additions to ``IPythonKernel``:
 
 - gate replies arrive as ``comm_msg`` on the **control** channel (the shell
   channel is blocked while a cell runs) and go straight to the tools runtime;
+  the host's file requests arrive the same way and go to ``files``;
 - the generated ``tools`` package is imported into the user namespace;
 - stream output is also logged to a host-backed file and IOPub messages are
   numbered, so output survives the kernel's death and losses show (``outlog``);
@@ -28,7 +29,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import outlog, runtime, wire
+from . import files, outlog, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -162,6 +163,7 @@ class CellgateKernel(IPythonKernel):
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self.gate_client = runtime.GateClient(reply_wait=_env_float(wire.ENV_REPLY_WAIT, 3600.0))
         runtime.install(self.gate_client)
+        self.files = files.FileService()  # the host's uploads and downloads (``files``)
         self._preload_tools()
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
@@ -277,6 +279,8 @@ class CellgateKernel(IPythonKernel):
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"))
+        elif content.get("comm_id") == wire.FILES_COMM:
+            self.files.handle(content.get("data"), list(msg.get("buffers") or []))
 
 
 class CellgateKernelApp(IPKernelApp):

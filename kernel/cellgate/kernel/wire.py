@@ -45,6 +45,13 @@ ErrorKind = Literal[
 ]
 ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 
+# Files moved in and out of the sandbox (``cellgate.kernel.files``): the host sends its requests on the control
+# channel as comm_msg with this comm id; the kernel answers on a comm it opens with FILES_TARGET. File bytes travel
+# as binary buffers of at most FILE_CHUNK_BYTES each, never in JSON (see ``cellgate.gate.session.files``).
+FILES_TARGET: Final = "cellgate.files"
+FILES_COMM: Final = "cellgate-files"
+FILE_CHUNK_BYTES: Final = 4 << 20
+
 # Generous upper bound on one request, checked by the host before parsing it.
 MAX_REQUEST_BYTES: Final = 1 << 20
 # Calls in one batch request; the whole batch also stays under MAX_REQUEST_BYTES.

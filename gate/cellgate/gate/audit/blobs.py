@@ -1,4 +1,5 @@
-"""Result blobs: a call's result too large to inline in the journal, stored once by its sha256 beside the run.
+"""Result blobs: a call's result too large to inline in the journal, stored once by its sha256 beside the run;
+and the bytes of each file a session moved in or out of the sandbox (``<sha256>.bin``).
 
 The folder ``<run>.blobs`` is opened as the journal is (``owned``): never through a symlink, only a folder of
 this user's that no one else may write to, created 0700; each blob is written through that open folder, so a
@@ -50,6 +51,31 @@ class BlobStore:
             os.stat(name, dir_fd=folder, follow_symlinks=False)
         except FileNotFoundError:
             write_atomically(self.folder / name, canonical_json(value), folder_fd=folder)
+        return f"{self.folder.name}/{name}"
+
+    def store_bytes(self, digest: str, data: bytes) -> str:
+        """A file's bytes (``Session.upload`` / ``download``) as ``<sha256>.bin``, written whole or not at all,
+        durably (the journal record naming it follows); returns its name relative to the run's folder."""
+        folder = self._open()
+        name = f"{digest}.bin"
+        try:
+            os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            temp = f".{name}.{os.urandom(6).hex()}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=folder)
+                except FileNotFoundError:
+                    pass
+                raise
+            os.fsync(folder)
         return f"{self.folder.name}/{name}"
 
     def close(self) -> None:

@@ -13,8 +13,9 @@ from cellgate.gate.calls.dispatch import CallRecord
 
 CellStatus = Literal["ok", "error", "interrupted", "timeout", "killed", "kernel-died", "memory", "rejected"]
 # code: a program the kernel ran; direct: a tool the model called on its own turn
-# (run by the gate, no kernel involved); markdown: text a reader is shown (a model's turn, a restart note).
-CellKind = Literal["code", "direct", "markdown"]
+# (run by the gate, no kernel involved); markdown: text a reader is shown (a model's turn, a restart note);
+# command: a program the session ran in the sandbox (``Session.run_command``), its argv in ``extra``.
+CellKind = Literal["code", "direct", "markdown", "command"]
 
 
 @dataclass

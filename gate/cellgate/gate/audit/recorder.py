@@ -84,10 +84,13 @@ class Recorder:
 
     # -- what the relay reports
     def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code",
-                  subshell: str | None = None, traceparent: str | None = None) -> CellRecord:
+                  subshell: str | None = None, traceparent: str | None = None,
+                  argv: list[str] | None = None) -> CellRecord:
         """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell;
-        ``traceparent``: the trace of the request that sent it, checked)."""
+        ``traceparent``: the trace of the request that sent it, checked; ``argv``: a command's)."""
         extra: dict[str, Any] = {"kind": kind} if kind != "code" else {}
+        if argv is not None:
+            extra["argv"] = argv
         if subshell is not None:
             extra["subshell"] = subshell
         if traceparent is not None:

@@ -39,6 +39,26 @@ def restart_note(record: dict[str, Any]) -> str:
     return f"**The kernel was restarted {why}.** {lost}".replace(" .", ".")
 
 
+FILE_EVENTS = frozenset({"file-uploaded", "file-downloaded"})  # Session.upload / download (session.files)
+
+
+def file_extra(record: dict[str, Any]) -> dict[str, Any]:
+    """A file record's fields as its markdown cell's metadata keeps them (read back as untrusted: bounded)."""
+    size = record.get("size")
+    return {"kind": record["event"], **{key: str(record.get(key, ""))[:4096] for key in ("path", "resolved", "blob")},
+            "size": size if isinstance(size, int) and not isinstance(size, bool) else None,
+            "sha256": str(record.get("sha256", ""))[:64]}
+
+
+def file_note(record: dict[str, Any]) -> str:
+    """What a reader of the notebook is told of a file moved in or out of the sandbox."""
+    extra = file_extra(record)
+    path = "".join(c for c in extra["resolved"] if c.isprintable() and c != "`")  # a code span shows it as text
+    verb = "Uploaded" if record["event"] == "file-uploaded" else "Downloaded"
+    return (f"**{verb}** `{path}` ({extra['size']:,} bytes, sha256 `{extra['sha256']}`)"
+            if isinstance(extra["size"], int) else f"**{verb}** `{path}`")
+
+
 class Reducer:
     """Builds cells from journal records."""
 
@@ -77,9 +97,12 @@ class Reducer:
             return self.markdown_cell(f"restart-{record['seq']}", restart_note(record), record["time"],
                                       {"kind": "kernel-restarted", "reason": record.get("reason"),
                                        "variables_gone": record.get("variables_gone")})
+        if event in FILE_EVENTS:
+            return self.markdown_cell(f"file-{record['seq']}", file_note(record), record["time"], file_extra(record))
         if event == "cell-sent":
-            subshell, traceparent = record.get("subshell"), record.get("traceparent")
+            subshell, traceparent, argv = record.get("subshell"), record.get("traceparent"), record.get("argv")
             return self._new_cell(record["msg_id"], record["source"], record["time"],
+                                  extra={"argv": [str(a) for a in argv]} if isinstance(argv, list) else {},
                                   silent=bool(record.get("silent")), kind=record.get("kind", "code"),
                                   subshell=str(subshell)[:64] if subshell is not None else None,
                                   traceparent=traceparent if isinstance(traceparent, str) else None)
@@ -144,4 +167,4 @@ class Reducer:
         return render.notebook(self, journal_name)
 
 
-__all__ = ["CELL_EVENTS", "Reducer", "restart_note"]
+__all__ = ["CELL_EVENTS", "FILE_EVENTS", "Reducer", "file_note", "restart_note"]

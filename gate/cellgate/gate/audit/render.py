@@ -55,8 +55,10 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         meta["journal"] = cell.journal
     if cell.silent:
         meta["silent"] = True
-    if cell.kind == "direct":
-        meta["kind"] = "direct"
+    if cell.kind in ("direct", "command"):
+        meta["kind"] = cell.kind
+    if cell.kind == "command":
+        meta["argv"] = list(cell.extra.get("argv", []))
     if cell.subshell is not None:
         meta["subshell"] = cell.subshell
     if cell.trace:

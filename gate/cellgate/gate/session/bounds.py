@@ -26,7 +26,7 @@ from zmq.utils.monitor import parse_monitor_message
 from cellgate.gate._json import canonical_json
 from cellgate.gate.calls.protocol import ProtocolError, strict_loads
 from cellgate.gate.calls.record import CallRecord
-from cellgate.kernel.wire import MAX_REQUEST_BYTES
+from cellgate.kernel.wire import FILE_CHUNK_BYTES, MAX_REQUEST_BYTES
 
 # Largest content the host parses of a message that is not an output (status, replies, input requests).
 MAX_PARSED_CONTENT = 1 << 20
@@ -225,8 +225,10 @@ def precheck(rest: list[bytes], report: Callable[..., None]) -> str | None:
     if msg_type not in IOPUB_TYPES:
         report("protocol-error", channel="iopub", error=f"unknown msg_type {str(msg_type)[:80]!r}")
         return None
-    if msg_type in COMM_TYPES and (len(rest[4]) > MAX_REQUEST_BYTES or len(rest) > 5):
+    # One buffer of file bytes at most, on a comm_msg (the files comm's; the taps refuse it on any other).
+    buffers_ok = len(rest) == 5 or (msg_type == "comm_msg" and len(rest) == 6 and len(rest[5]) <= FILE_CHUNK_BYTES)
+    if msg_type in COMM_TYPES and (len(rest[4]) > MAX_REQUEST_BYTES or not buffers_ok):
         report("call-rejected", reason=f"comm message of {len(rest[4])} bytes with "
-               f"{len(rest) - 5} buffers (limit {MAX_REQUEST_BYTES} bytes, no buffers)")
+               f"{len(rest) - 5} buffers (limit {MAX_REQUEST_BYTES} bytes, one buffer of file bytes at most)")
         return None
     return str(msg_type)

@@ -74,6 +74,7 @@ class SandboxOverrides(TypedDict, total=False):
     require_hard_limits: bool | None
     cgroup_parent: str | None
     output_limit_kb: int | None
+    file_limit_mb: int | None
     pool: int | None
     snapshot: bool | None
     max_message_mb: int | None

@@ -51,6 +51,7 @@ from cellgate.gate.session.bounds import (
 from cellgate.gate.session.call_relay import CallRelay
 from cellgate.gate.session.cells import CellQueue, CellTimeouts
 from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.files import FileRelay
 from cellgate.gate.session.kernel_watch import KernelWatch, signing_session
 from cellgate.gate.session.late import LateOutput
 from cellgate.gate.session.output_ledger import OutputLedger
@@ -96,9 +97,11 @@ class Relay:
         self.kernel = KernelWatch(self.cells, self.events, self.tasks, self.bounds)
         self.cells.kernel = self.kernel
         self.calls = CallRelay(dispatcher, self.cells, self.kernel, self.events, self.tasks, self._show_frontends)
+        self.files = FileRelay(self.kernel, self.events)  # Session.upload / download (``files``)
         self._late = LateOutput(recorder, self.events.failure)
         self.taps = Taps(recorder, self.cells, self.calls, self.kernel, self.events, self.tasks, self._late,
                          self._answer_frontend, self._front_session, restricted, output_limit)
+        self.taps.files = self.files
 
     # ------------------------------------------------------------ thread API
     def start(self) -> None:

@@ -33,6 +33,9 @@ from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
+from cellgate.gate.session import commands, files
+from cellgate.gate.session.commands import CommandResult
+from cellgate.gate.session.files import FileRecord
 from cellgate.gate.session.launch import (
     ApproverSpec,
     GateFactory,
@@ -290,6 +293,30 @@ class Session:
         trace, which the cell's span continues when the session is traced (sent in the request's metadata).
         ``on_output`` is called on this event loop with each output as it is recorded (as the notebook holds
         it), all of them before this returns."""
+        return CellResult.from_record(await self._execute(code, timeout, traceparent, on_output))
+
+    async def run_command(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        """Run ``argv`` in the sandbox (no shell unless argv names one, e.g. ``["sh", "-c", line]``), as one cell
+        of kind ``command``; ``timeout`` (at most ``[sandbox] cell_timeout``) kills it when it passes. Returns its
+        exit code, stdout and stderr (``session.commands``)."""
+        args = commands.checked_argv(argv)
+        limit = commands.checked_timeout(timeout, self.provisioner.started.settings.sandbox.cell_timeout)
+        record = await self._execute(commands.command_code(args, limit), None, None, None, args)
+        return commands.command_result(args, record)
+
+    async def upload(self, path: str, data: bytes) -> FileRecord:
+        """Write ``data`` to ``path`` in the sandbox (relative: to its working folder; only the workspace and its
+        temporary folder), whole or not at all; recorded by sha256, the bytes kept as a blob (``session.files``)."""
+        return await files.upload(self.provisioner.started, path, data)
+
+    async def download(self, path: str) -> bytes:
+        """The bytes of the file at ``path`` in the sandbox, bounded by ``[sandbox] file_limit_mb``; recorded by
+        sha256, the bytes kept as a blob (``session.files``)."""
+        return await files.download(self.provisioner.started, path)
+
+    async def _execute(self, code: str, timeout: float | None, traceparent: str | None,
+                       on_output: Callable[[dict[str, Any]], None] | None,
+                       argv: list[str] | None = None) -> CellRecord:
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         started = self.provisioner.started
@@ -303,6 +330,8 @@ class Session:
             "code": code, "silent": False, "store_history": True, "user_expressions": {NAMES: NAMES_EXPRESSION},
             "allow_stdin": False, "stop_on_error": True}, metadata=metadata)
         msg_id = msg["header"]["msg_id"]
+        if argv is not None:  # recorded as the command it is, not as the code the host generated for it
+            service.taps.commands.expect(msg_id, argv, code)
         unfollow = None
         if on_output is not None:
             loop, told = asyncio.get_running_loop(), on_output
@@ -320,20 +349,21 @@ class Session:
                 record = await asyncio.wrap_future(future)
         finally:
             service.forget_result(msg_id)
+            service.taps.commands.forget(msg_id)
             if unfollow is not None:
                 unfollow()
         await self._drain_replies()
-        result = CellResult.from_record(record)
-        if result.status in ("killed", "kernel-died", "memory") or "message-size" in result.limits_hit:
+        status = str(record.status)
+        if status in ("killed", "kernel-died", "memory") or "message-size" in record.limits_hit:
             self.dead = True
         # The cgroup backstop, or a message over the host's size bound: restart at once, and say what was lost.
-        reason = "memory" if result.status == "memory" else "message-size" if self.dead and \
-            "message-size" in result.limits_hit else None
+        reason = "memory" if status == "memory" else "message-size" if self.dead and \
+            "message-size" in record.limits_hit else None
         if reason is not None:
             await self.restart()
             self.recorder.kernel_restarted(reason, self._names)
             self._names = []
-        return result
+        return record
 
     async def _drain_replies(self) -> None:
         """Read execute replies only for the names they list: the host's record, not the reply, is the result."""

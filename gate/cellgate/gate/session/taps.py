@@ -37,13 +37,15 @@ from cellgate.gate.session.bounds import (
 )
 from cellgate.gate.session.call_relay import CallRelay
 from cellgate.gate.session.cells import Answer, CellQueue, FrontendRequest
+from cellgate.gate.session.commands import PendingCommands, command_source
 from cellgate.gate.session.events import RelayEvents, Tasks
+from cellgate.gate.session.files import FileRelay
 from cellgate.gate.session.kernel_watch import KernelWatch
 from cellgate.gate.session.late import LateOutput
 from cellgate.gate.session.subshells import MAX_SUBSHELLS
 from cellgate.gate.telemetry import is_traceparent
 from cellgate.kernel import restricted
-from cellgate.kernel.wire import COMM_TARGET
+from cellgate.kernel.wire import COMM_TARGET, FILES_TARGET
 
 MAX_GATE_COMMS = 64
 
@@ -64,6 +66,8 @@ class Taps:
         self.restricted = restricted
         self.output_limit = output_limit
         self.gate_comms: set[str] = set()
+        self.commands = PendingCommands()  # cells the session sent as commands (``Session.run_command``)
+        self.files: FileRelay | None = None  # the kernel's answers to file requests (``Session.upload``), if any
 
     # ------------------------------------------------------------ shell and stdin
     def request(self, frames: list[bytes]) -> bool:
@@ -88,7 +92,10 @@ class Taps:
         try:
             meta = msg.get("metadata")
             traceparent = meta.get("traceparent") if isinstance(meta, dict) else None  # the sender's trace, if any
-            record = self.recorder.cell_sent(msg_id, code, bool(content.get("silent")), subshell=shell,
+            argv = self.commands.claim(msg_id, code)
+            record = self.recorder.cell_sent(msg_id, code if argv is None else command_source(argv),
+                                             bool(content.get("silent")), "code" if argv is None else "command",
+                                             subshell=shell, argv=argv,
                                              traceparent=traceparent if is_traceparent(traceparent) else None)
         except JournalError as exc:
             # A cell that cannot be recorded is not run: answer it here, never forward it.
@@ -252,7 +259,7 @@ class Taps:
             return None
         content = msg["content"] = parsed if isinstance(parsed, dict) else {}
         if msg_type in ("comm_open", "comm_msg", "comm_close"):
-            return self._comm(msg, msg_type, content, len(rest[-1]) if rest else 0)
+            return self._comm(msg, msg_type, content, len(rest[4]))
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         head = self.cells.running_cell(parent_id)
         if head is None:
@@ -274,6 +281,18 @@ class Taps:
     def _comm(self, msg: dict[str, Any], msg_type: str, content: dict[str, Any], size: int) -> dict[str, Any] | None:
         """The gate's own comms carry tool calls and never reach frontends; other comms pass (relaywire decides)."""
         comm_id = str(content.get("comm_id"))
+        files = self.files
+        if files is not None and msg_type == "comm_open" and content.get("target_name") == FILES_TARGET:
+            files.opened(comm_id)
+            return None
+        if files is not None and comm_id in files.comms:
+            if msg_type == "comm_msg":
+                files.on_message(content.get("data"), list(msg.get("buffers") or []))
+            return None
+        if msg.get("buffers"):  # only file comms carry bytes (bounds.precheck)
+            self.events.protocol("call-rejected", reason=f"comm message with {len(msg['buffers'])} buffers on a "
+                                 "comm that is not the files comm (no buffers allowed)")
+            return None
         if msg_type == "comm_open" and content.get("target_name") == COMM_TARGET:
             if len(self.gate_comms) >= MAX_GATE_COMMS and comm_id not in self.gate_comms:
                 self.events.protocol("protocol-error", channel="iopub",
