@@ -113,7 +113,7 @@ def test_exec_through_the_shell_tool_is_a_recorded_command(tmp_path: Path) -> No
     client = CellgateSandboxClient(notebook=tmp_path / "run.ipynb", cwd=tmp_path)
     agent = SandboxAgent(name="shell", model=model, capabilities=[Shell()])
     result = asyncio.run(Runner.run(agent, "Say hi.", run_config=RunConfig(sandbox=SandboxRunConfig(client=client))))
-    assert "hi" in result.final_output and "3" in result.final_output, result.final_output
+    assert "hi" in result.final_output and "Process exited with code 3" in result.final_output, result.final_output
     cells = nbformat.read(client.sessions[-1].notebook_path, as_version=4).cells
     commands = [c.metadata.cellgate for c in cells if c.metadata.get("cellgate", {}).get("kind") == "command"]
     assert any("echo hi; exit 3" in " ".join(c.get("argv", [])) for c in commands), commands
