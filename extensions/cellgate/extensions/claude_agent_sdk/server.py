@@ -19,7 +19,7 @@ def describe(session: Session) -> str:
     """The tool's description: what it does and the session's tools as the code calls them."""
     listing = "\n".join(
         f"- tools.{entry['name']}{stub_signature(entry, shown=True)}: "
-        f"{str(entry.get('description') or '').strip().splitlines()[0] if entry.get('description') else ''}"
+        f"{(str(entry.get('description') or '').strip().splitlines() or [''])[0]}"
         for entry in session.manifest)
     return ("Run Python in a sandboxed Jupyter kernel (variables persist between calls) and get back what it "
             "printed and displayed. Host tools are functions of the `tools` module there (no import needed); "

@@ -19,6 +19,11 @@ _CODE_ARGS = SchemaValidator(core_schema.typed_dict_schema(
     {"code": core_schema.typed_dict_field(core_schema.str_schema())}))
 
 
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
 @dataclass
 class _State:
     """What the copies pydantic-ai makes of the toolset (``dataclasses.replace``) share: one session."""
@@ -86,8 +91,7 @@ class CellgateCodeMode(WrapperToolset[AgentDepsT]):
                                       "running cellgate session does not have; offer every tool from the first step")
             state.tools.update(tools)
         listing = "\n".join(f"- async def {name}{stub_signature(self._entry(t), shown=True)}: "
-                            f"{(t.tool_def.description or '').strip().splitlines()[0] if t.tool_def.description else ''}"
-                            for name, t in sorted(tools.items()))
+                            f"{_first_line(t.tool_def.description)}" for name, t in sorted(tools.items()))
         description = (
             "Run Python (CPython 3, in a sandbox; variables persist between calls) and get back what it printed. "
             "These tools are top-level async functions there; await them (top-level await works, as does "
@@ -112,8 +116,11 @@ class CellgateCodeMode(WrapperToolset[AgentDepsT]):
             finally:
                 state.ctx = None
         text = result.text
-        if not result.ok and result.error and result.error.get("ename") not in text:
+        if not result.ok and result.error and str(result.error.get("ename")) not in text:
             text += f"{result.error.get('ename')}: {result.error.get('evalue')}\n"
+        if result.status not in ("ok", "error"):  # a timeout, a limit, the kernel gone: say so
+            limits = ", ".join(result.limits_hit) or "no limit named"
+            text += f"(the cell ended with status {result.status!r}: {limits})\n"
         return text or "(the code printed nothing)"
 
     @staticmethod
