@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import json
@@ -49,10 +50,13 @@ class CellgateSandboxSession(BaseSandboxSession):
         self.state = state
         self.cellgate = cellgate  # the cellgate.gate.Session it runs in
         self.notebook_path = cellgate.notebook_path  # its audit notebook, there after the session ends
+        # The SDK may run tools in parallel; cellgate moves no file while a cell (a command) runs: one at a time.
+        self._turn = asyncio.Lock()
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
         argv = [str(part) for part in command]
-        result = await self.cellgate.run_command(argv, timeout=timeout)
+        async with self._turn:
+            result = await self.cellgate.run_command(argv, timeout=timeout)
         if result.status == "timeout":
             raise ExecTimeoutError(command=argv, timeout_s=timeout)
         return ExecResult(stdout=result.stdout.encode(), stderr=result.stderr.encode(), exit_code=result.exit_code)
@@ -61,7 +65,8 @@ class CellgateSandboxSession(BaseSandboxSession):
         _one_user(user)
         where = self.normalize_path(path)
         try:
-            return io.BytesIO(await self.cellgate.download(str(where)))
+            async with self._turn:
+                return io.BytesIO(await self.cellgate.download(str(where)))
         except FileRefused as exc:
             if "no such file" in str(exc).lower() or "not found" in str(exc).lower():
                 raise WorkspaceReadNotFoundError(path=where) from exc
@@ -71,7 +76,8 @@ class CellgateSandboxSession(BaseSandboxSession):
         _one_user(user)
         payload = data.read()
         content = payload.encode() if isinstance(payload, str) else bytes(payload)
-        await self.cellgate.upload(str(self.normalize_path(path, for_write=True)), content)
+        async with self._turn:
+            await self.cellgate.upload(str(self.normalize_path(path, for_write=True)), content)
 
     async def running(self) -> bool:
         return not self.cellgate.dead
@@ -80,23 +86,25 @@ class CellgateSandboxSession(BaseSandboxSession):
         """The workspace as a tar with workspace-relative members (the SDK's portable form)."""
         archive = f"{ARCHIVE_DIR}/workspace-{secrets.token_hex(8)}.tar"
         skipped = [f"--exclude=./{p.as_posix()}" for p in sorted(self._persist_workspace_skip_relpaths())]
-        await self._checked(["tar", "-C", self.state.manifest.root, *skipped, "-cf", archive, "."])
-        try:
-            return io.BytesIO(await self.cellgate.download(archive))
-        finally:
-            await self._checked(["rm", "-f", archive])
+        async with self._turn:
+            await self._checked(["tar", "-C", self.state.manifest.root, *skipped, "-cf", archive, "."])
+            try:
+                return io.BytesIO(await self.cellgate.download(archive))
+            finally:
+                await self._checked(["rm", "-f", archive])
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         archive = f"{ARCHIVE_DIR}/workspace-{secrets.token_hex(8)}.tar"
         payload = data.read()
-        await self.cellgate.upload(archive, payload.encode() if isinstance(payload, str) else bytes(payload))
-        try:
-            root = self.state.manifest.root
-            await self._checked(["mkdir", "-p", root])
-            # --no-same-owner, and tar's own refusal of absolute and ../ members: the archive stays in the root.
-            await self._checked(["tar", "-C", root, "--no-same-owner", "-xf", archive])
-        finally:
-            await self._checked(["rm", "-f", archive])
+        async with self._turn:
+            await self.cellgate.upload(archive, payload.encode() if isinstance(payload, str) else bytes(payload))
+            try:
+                root = self.state.manifest.root
+                await self._checked(["mkdir", "-p", root])
+                # --no-same-owner, and tar's own refusal of absolute and ../ members: the archive stays in the root.
+                await self._checked(["tar", "-C", root, "--no-same-owner", "-xf", archive])
+            finally:
+                await self._checked(["rm", "-f", archive])
 
     async def _shutdown_backend(self) -> None:
         if not self.cellgate.dead:
