@@ -10,6 +10,7 @@ real gVisor sandbox), ``golden`` (snapshot comparisons) and ``browser``. A test 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import os
 import re
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -330,3 +332,33 @@ def interactive_replay(replay: subprocess.Popen[str]) -> Iterator[AttachedReplay
     if replay.poll() is None:
         replay.send_signal(signal.SIGINT)
     assert replay.wait(60) == 0
+
+
+# The frameworks' tests (tests/integrations; their shared constants are in tests/integrations/frameworks.py).
+@pytest.fixture(scope="module")
+def northwind() -> ModuleType:
+    """The example's tools module, imported on the host (its functions are what a framework is given)."""
+    spec = importlib.util.spec_from_file_location("northwind_tools", NORTHWIND / "tools.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its annotations are strings (PEP 563): resolved in the module's namespace
+    spec.loader.exec_module(module)
+    return module
+
+
+INTEGRATION_EXAMPLES = NORTHWIND.parent / "integrations"
+
+
+@pytest.fixture
+def example(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Import an example of docs/integrations (examples/integrations/NAME.py) as the docs page shows it."""
+    monkeypatch.syspath_prepend(str(INTEGRATION_EXAMPLES))
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"integration_example_{name}", INTEGRATION_EXAMPLES / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

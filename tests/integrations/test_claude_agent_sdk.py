@@ -20,7 +20,7 @@ import claude_agent_sdk
 import nbformat
 import pytest
 from claude_code_fake import StreamingMessagesAPI
-from conftest import CELLGATE, NORTHWIND
+from conftest import CELLGATE, NORTHWIND  # tests/conftest.py (this folder has none of its own)
 
 from cellgate.extensions.anthropic.testing import reply, text, tool_use
 

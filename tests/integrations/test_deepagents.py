@@ -9,8 +9,8 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import ANSWER, DENY_TASKS, LATE, PROGRAM, session_options, tally
 from deepagents import create_deep_agent
+from frameworks import ANSWER, DENY_TASKS, LATE, PROGRAM, session_options, tally
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import ANSWER, DENY_TASKS, LATE, PLAIN_PROGRAM, session_options, tally
+from frameworks import ANSWER, DENY_TASKS, LATE, PLAIN_PROGRAM, session_options, tally
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph_codeact import create_codeact

@@ -8,7 +8,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import ANSWER, DENY_TASKS, LATE, PLAIN_PROGRAM, session_options, tally
+from frameworks import ANSWER, DENY_TASKS, LATE, PLAIN_PROGRAM, session_options, tally
 from smolagents import CodeAgent, tool
 from smolagents.models import ChatMessage, MessageRole, Model
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cellgate.gate import SyncSession, tool_from_function
+from cellgate.gate import SyncSession, Tool
 
 from .binding import binding_code, cell_text, restarted
 
@@ -39,7 +39,7 @@ class CodeActEval:
 
     def _add(self, tools: dict[str, Callable[..., Any]]) -> None:
         have = {entry["name"] for entry in self.session.session.manifest}
-        fresh = [tool_from_function(function, name=name, source="langgraph-codeact")
+        fresh = [Tool.from_function(function, name=name, source="langgraph-codeact")
                  for name, function in tools.items() if name not in have]
         if fresh:
             self.session.add_tools(*fresh)

@@ -25,7 +25,7 @@ from agents.sandbox.types import ExecResult, User
 from agents.tool import Tool as AgentsTool
 from agents.tool_context import ToolContext
 
-from cellgate.gate import ConfigError, FileRefused, Session, ToolRegistry, tool_from_function
+from cellgate.gate import ConfigError, Session, SessionError, Tool, ToolRegistry
 
 ARCHIVE_DIR = "/tmp"  # the sandbox's other writable folder (the workspace is what is archived)
 
@@ -67,8 +67,8 @@ class CellgateSandboxSession(BaseSandboxSession):
         try:
             async with self._turn:
                 return io.BytesIO(await self.cellgate.download(str(where)))
-        except FileRefused as exc:
-            if "no such file" in str(exc).lower() or "not found" in str(exc).lower():
+        except SessionError as exc:  # FileRefused, known by its code (the face keeps the errors' base classes)
+            if exc.code == "file-refused" and ("no such file" in str(exc).lower() or "not found" in str(exc).lower()):
                 raise WorkspaceReadNotFoundError(path=where) from exc
             raise
 
@@ -170,7 +170,7 @@ class CellgateSandboxClient(BaseSandboxClient[CellgateSandboxClientOptions]):
         return CellgateSandboxSessionState.model_validate(payload)
 
     async def _open(self, state: CellgateSandboxSessionState) -> CellgateSandboxSession:
-        gated = [dataclasses.replace(tool_from_function(fn, source="openai-agents"), default_decision="allow")
+        gated = [dataclasses.replace(Tool.from_function(fn, source="openai-agents"), default_decision="allow")
                  for fn in self.tools]
         # WORKAROUND until Session(tools=[callables]) (API.md) is merged: the tools as a registry of their own.
         cellgate = Session(registry=ToolRegistry(gated), **self.session_options)

@@ -1,4 +1,5 @@
-"""The frameworks' tests share the Northwind task: its host tools, its policy, and how to read the record back.
+"""What the frameworks' tests share (not a conftest: a second `conftest` module would shadow tests/conftest.py for
+every `from conftest import`): the Northwind task, its host tools, its policy, and how to read the record back.
 
 Each framework gets the example's two tools (examples/northwind/tools.py, imported on the host) and the example's
 policy (list_orders allowed, create_task allowed for follow-ups) or that policy with create_task denied; the
@@ -7,14 +8,10 @@ program in examples/northwind/late_orders.py prints the answer, ``10000 312``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import nbformat
-import pytest
 
 NORTHWIND = Path(__file__).resolve().parents[2] / "examples" / "northwind"
 ANSWER = "10000 312"
@@ -53,17 +50,6 @@ decision = "deny"
 """
 
 
-@pytest.fixture(scope="module")
-def northwind() -> ModuleType:
-    """The example's tools module, imported on the host (its functions are what a framework is given)."""
-    spec = importlib.util.spec_from_file_location("northwind_tools", NORTHWIND / "tools.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its annotations are strings (PEP 563): resolved in the module's namespace
-    spec.loader.exec_module(module)
-    return module
-
-
 def write_config(folder: Path, policy: str) -> Path:
     """A cellgate.toml with no tool modules (the framework hands its tools over) and the given policy."""
     path = folder / "cellgate.toml"
@@ -89,21 +75,3 @@ def tally(notebook: Path) -> dict[tuple[str, str], int]:
     for tool, decision, times in gated_calls(notebook):
         counts[tool, decision] = counts.get((tool, decision), 0) + times
     return counts
-
-
-EXAMPLES = NORTHWIND.parent / "integrations"
-
-
-@pytest.fixture
-def example(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Import an example of docs/integrations (examples/integrations/NAME.py) as the docs page shows it."""
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-
-    def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"integration_example_{name}", EXAMPLES / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
