@@ -6,7 +6,8 @@ from typing import Any
 
 from claude_agent_sdk import McpSdkServerConfig, SdkMcpTool, create_sdk_mcp_server, tool
 
-from cellgate.gate import CellResult, Session, stub_signature
+from cellgate.gate import CellResult, Session
+from cellgate.gate.ext import stub_signature
 
 TOOL_NAME = "execute_python"
 MAX_TEXT_CHARS = 100_000  # what one answer gives the model of a cell's text; the audit notebook keeps it all

@@ -13,7 +13,8 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
-from cellgate.gate import ConfigError, Session, Tool, ToolRegistry, stub_signature
+from cellgate.gate import ConfigError, Session, Tool, ToolRegistry
+from cellgate.gate.ext import stub_signature
 
 _CODE_ARGS = SchemaValidator(core_schema.typed_dict_schema(
     {"code": core_schema.typed_dict_field(core_schema.str_schema())}))
