@@ -109,14 +109,20 @@ class Lab:
         return None
 
     def shutdown_kernels(self, seconds: float = 60) -> None:
-        """Shut every kernel down through the API (its sandbox with it) and wait until none is left."""
-        for kernel in self.kernels():
-            try:
-                self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=seconds)
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:  # already gone
-                    raise
-        wait_for(lambda: not self.kernels(), seconds, "the server's kernels to shut down")
+        """Shut every kernel down through the API (its sandbox with it) and wait until none is left.
+
+        Each look deletes what it finds: a page that opened a notebook just before it was left may have a
+        session request still in flight, whose kernel the server lists only after the first look."""
+        def none_left() -> bool:
+            kernels = self.kernels()
+            for kernel in kernels:
+                try:
+                    self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=seconds)
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 404:  # already gone
+                        raise
+            return not kernels
+        wait_for(none_left, seconds, "the server's kernels to shut down", every=0.5)
 
     def shutdown_terminals(self) -> None:
         for name in self.terminals():
