@@ -222,13 +222,18 @@ class Sessions:
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
+            swept = await asyncio.gather(self._sweeper, return_exceptions=True)
+            if isinstance(swept[0], Exception):  # it died before it was told to stop: said, not dropped
+                _log.error("the idle-session sweeper had failed", exc_info=swept[0])
         # The pool first: each session ended below frees a slot, and a pool still open would start a sandbox (a
         # pod) in it, one this server then abandons mid-start as it exits.
         if self.pool is not None:
             await self.pool.close()
         entries, self._entries = list(self._entries.values()), {}
-        await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
+        ended = await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
+        for failure in ended:  # every session is ended whatever one of them does; each failure is said
+            if isinstance(failure, Exception):
+                _log.error("closing a session failed", exc_info=failure)
 
     def notebook(self, handle: str, owner: Principal | None) -> Path:
         return self._owned(handle, owner).session.notebook_path

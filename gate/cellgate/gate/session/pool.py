@@ -46,8 +46,15 @@ class Pool:
     def _warm(self) -> None:
         task = asyncio.ensure_future(self._start_one())
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self._starting.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        """A start's task ended: a failure it did not keep itself (a session the closed pool could not shut
+        down, a queue that broke) is kept like a failed start, so wait_warm, acquire and close raise it."""
+        self._tasks.discard(task)
+        self._starting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._errors.append(task.exception())  # type: ignore[arg-type]  # not None: checked above
 
     async def _start_one(self) -> None:
         await self._slots.acquire()
@@ -122,9 +129,12 @@ class Pool:
         for task in self._tasks - self._starting:  # waiting for a slot: nothing started yet
             task.cancel()
         # A start under way is not cut short (its sandbox, a pod, would be left running): it ends, and is discarded.
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
         while not self._ready.empty():
             await self._discard(self._ready.get_nowait())
+        failed = [e for e in ended if isinstance(e, Exception)]
+        if failed:  # a session started during close that could not be shut down: said, not dropped
+            raise failed[0]
 
     async def __aenter__(self) -> Pool:
         return await self.start()
