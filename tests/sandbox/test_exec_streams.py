@@ -68,9 +68,8 @@ def test_output_printed_before_an_approval_wait_is_seen_before_the_answer(tmp_pa
                 cli.kill()
 
 
+@pytest.mark.root_only  # the sandbox's memory cgroup needs root here (test_limits covers a delegated one)
 def test_a_cell_stopped_at_the_memory_limit_says_why(tmp_path: Path, runsc: object) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the sandbox's memory cgroup needs root here (test_limits covers a delegated one)")
     (tmp_path / "cellgate.toml").write_text("[sandbox]\nmemory_mb = 512\ncell_timeout = 60\n")
     # Forked copies of the kernel, each under its address-space cap, pass the sandbox's limit together.
     hog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"

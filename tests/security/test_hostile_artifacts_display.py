@@ -194,7 +194,7 @@ def test_H13_the_scrubbed_run_still_verifies(secret_run) -> None:
 def test_H13_scrubbing_stays_linear_with_thousands_of_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tool that marks a new value secret on each of 5,000 calls: each record is still a few scans, and the
     patterns are rebuilt a logarithmic number of times per secret, not all of them on every call. Counted, not
-    timed (benchmarks/scrubber.py measures the cost as a ratio)."""
+    timed (benchmarks/host_bounds.py measures the cost as a ratio)."""
     from cellgate.gate.calls import scrubber
 
     kept = scrubber.SecretScrubber()
