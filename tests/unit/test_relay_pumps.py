@@ -71,6 +71,7 @@ def wired(tmp_path: Path) -> Iterator[Wired]:
         yield Wired(relay, kernel, frontend, backend, recorder, shutdowns, ends, ended)
     finally:
         relay.stop()
+        backend.end()  # the kernel watch's thread, blocked in wait(), returns: else the process hangs at its exit
         recorder.close()
         kernel.close()
         frontend.close()
