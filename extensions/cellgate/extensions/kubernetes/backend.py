@@ -174,7 +174,7 @@ class KubernetesBackend(SandboxBackend):
             session_id="cg-" + secrets.token_hex(6), namespace=config.namespace, image=request.image or config.image,
             runtime_class=config.runtime_class,
             gate=manifests.GatePeer(pod_labels=config.gate_pod_labels, namespace=config.gate_namespace),
-            memory_mb=request.limits.memory_bytes >> 20, cpus=config.cpus, tmp_mb=box.tmp_mb,
+            memory_mb=request.limits.memory_bytes >> 20, cpus=request.limits.cpus or config.cpus, tmp_mb=box.tmp_mb,
             workspace_mb=box.workspace_mb, deadline_seconds=config.deadline_seconds,
             reply_wait=request.reply_wait, restricted=request.restricted, owner=owner,
             labels=dict(request.labels))

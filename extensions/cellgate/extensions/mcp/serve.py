@@ -2,7 +2,8 @@
 
 Tools: ``execute_python(code, session)`` runs one cell in a sandboxed, gated,
 recorded session; ``search_tools(query)`` and ``describe_tool(name)`` find the
-session's tools; ``close_session(session)`` ends one. Each session's audit
+session's tools; ``upload_file`` and ``download_file`` move a file in or out
+(``file_tools``); ``close_session(session)`` ends one. Each session's audit
 notebook is the resource ``cellgate://sessions/{session}/notebook``.
 
 MCP 2026-07-28 has no protocol sessions (every request stands alone), so,
@@ -35,7 +36,7 @@ from cellgate.gate import ConfigError, Settings, ToolRegistry
 from cellgate.gate.ext import close_sources, open_sources, stub_signature
 from cellgate.kernel import runtime
 
-from . import stopping
+from . import file_tools, stopping
 from .auth import Verifier, auth_settings, current_principal, load_tokens
 from .cell_view import CellOutput, cell_content, cell_output
 from .cell_view import cell_text as cell_text  # what execute_python's text content is, for tests
@@ -115,6 +116,8 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         """End a session: its kernel and variables are gone; its audit notebook stays."""
         await sessions.close(session, current_principal())
         return f"closed session {session}"
+
+    file_tools.register(server, sessions)
 
     @server.resource("cellgate://sessions/{session}/notebook", mime_type="application/x-ipynb+json",
                      description="The audit notebook of a session: every cell, its outputs and its gated calls.")

@@ -85,11 +85,14 @@ def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
 
 
 async def _exec(args: argparse.Namespace) -> int:
+    from cellgate.gate.ops import exec_files
     from cellgate.gate.ops.waiting import waiting_notices
     from cellgate.gate.session.launch import where_it_records
     from cellgate.gate.session.session import Session
 
     programs = [(name, _read_program(name)) for name in args.programs]
+    inputs, outputs = exec_files.moves(args.input, "--input"), exec_files.moves(args.output, "--output")
+    exec_files.check_inputs(inputs)  # before a sandbox starts
     overrides: dict[str, Any] = {}
     if args.timeout:
         overrides["cell_timeout"] = args.timeout
@@ -98,6 +101,8 @@ async def _exec(args: argparse.Namespace) -> int:
         if session.sandbox_info.get("isolation") == "none":
             err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
         for line in where_it_records(session.recorder):
+            say(err, (line, "dim"))
+        for line in await exec_files.upload_inputs(session, inputs):
             say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
@@ -108,6 +113,11 @@ async def _exec(args: argparse.Namespace) -> int:
                     why_it_ended(result))
                 failed += 1
                 break
+        if outputs and failed:
+            say(err, ("no --output fetched: a cell failed (the files stay in the sandbox until it ends)", "red"))
+        elif outputs:
+            for line in await exec_files.download_outputs(session, outputs):
+                say(err, (line, "dim"))
         say(err, (f"audit notebook: {session.notebook_path}", "dim"))
     return 1 if failed else 0
 
@@ -121,6 +131,12 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("--isolation", choices=["gvisor", "none"],
                    help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
     p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
+    p.add_argument("--input", action="append", default=[], metavar="FILE[:DEST]",
+                   help="upload a file before the first cell (DEST: where in the sandbox; default its name in the "
+                        "working folder); recorded by sha256 and put back by replay; repeat for more")
+    p.add_argument("--output", action="append", default=[], metavar="PATH[:DEST]",
+                   help="download a file from the sandbox after the last cell, if every cell succeeded (DEST: where "
+                        "on this host; default its name here); recorded by sha256; repeat for more")
 
     def run(a: argparse.Namespace) -> int:
         import asyncio

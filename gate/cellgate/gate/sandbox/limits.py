@@ -20,6 +20,7 @@ class SandboxLimits:
 
     memory_bytes: int = 1 << 30
     pids: int = 256
+    cpus: float | None = None  # a CPU quota for the whole sandbox, in CPUs; None: no quota
     open_files: int = 1024
     tmp_bytes: int = 256 << 20
     workspace_bytes: int = 256 << 20
@@ -37,7 +38,7 @@ class SandboxLimits:
     @classmethod
     def from_settings(cls, box: SandboxSettings) -> SandboxLimits:
         return cls(
-            memory_bytes=box.memory_mb << 20, pids=box.pids, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
+            memory_bytes=box.memory_mb << 20, pids=box.pids, cpus=box.cpus, open_files=box.open_files, tmp_bytes=box.tmp_mb << 20,
             workspace_bytes=box.workspace_mb << 20,
             # Far above the recorded cap, so the host still sees a long output's tail; only a flood is cut.
             kernel_output_bytes=max(32 << 20, 4 * (box.output_limit_kb << 10)),

@@ -60,6 +60,7 @@ class SandboxOverrides(TypedDict, total=False):
     platform: Literal["systrap", "ptrace", "kvm"] | None
     memory_mb: int | None
     pids: int | None
+    cpus: float | None
     open_files: int | None
     tmp_mb: int | None
     workspace: str | None
@@ -130,7 +131,7 @@ def session_metadata(settings: Settings, registry: ToolRegistry, runtime: Mappin
     sandbox = {
         "isolation": box.isolation,
         **runtime,
-        "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "open_files": box.open_files,
+        "limits": {"memory_mb": box.memory_mb, "pids": box.pids, "cpus": box.cpus, "open_files": box.open_files,
                    "tmp_mb": box.tmp_mb, "cell_timeout_s": box.cell_timeout,
                    "interrupt_grace_s": box.interrupt_grace, "call_timeout_s": box.call_timeout,
                    "max_message_mb": box.max_message_mb, "max_refusals_per_cell": box.max_refusals_per_cell},

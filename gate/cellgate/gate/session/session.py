@@ -279,6 +279,11 @@ class Session:
     def policy(self) -> Policy:
         return self.provisioner.started.settings.policy
 
+    @property
+    def settings(self) -> Settings:
+        """What the session runs with: its cellgate.toml, with the options it was started with applied."""
+        return self.provisioner.started.settings
+
     def claim(self, principal: str) -> None:
         """Whom this session acts for (``cellgate mcp serve``'s authenticated principal), said once, before its
         first cell: policy rules that name ``principals`` match its calls from then on."""

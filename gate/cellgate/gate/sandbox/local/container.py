@@ -116,7 +116,8 @@ class Sandbox:
     # -- lifecycle
     def _prepare(self) -> list[str]:
         if self.rootless:  # what the host lacks is the first thing said, before any folder is made
-            self._delegation = enforcement.check_rootless(self.config.require_hard_limits, self.config.cgroup_parent)
+            self._delegation = enforcement.check_rootless(self.config.require_hard_limits, self.config.cgroup_parent,
+                                                          self.config.limits.cpus)
         private_dir(run_root())
         self.root.mkdir(mode=0o700)
         for part in ("bundle/rootfs", "etc", "ipc", "conn", "tools", "state", "log"):
@@ -382,11 +383,12 @@ class Sandbox:
         limits = self.config.limits
         info["limits"] = {
             "memory_bytes": limits.memory_bytes, "pids": limits.pids, "open_files": limits.open_files,
-            "tmp_bytes": limits.tmp_bytes, "address_space_bytes": limits.address_space_bytes,
+            "tmp_bytes": limits.tmp_bytes, "address_space_bytes": limits.address_space_bytes, "cpus": limits.cpus,
         }
         info["network"] = "none"
         if self.config.isolation == "gvisor":
             info["rootless"] = self.rootless
-            info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent)
+            info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent,
+                                                         cpus=limits.cpus)
             info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
         return info

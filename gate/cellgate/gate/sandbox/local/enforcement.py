@@ -45,7 +45,8 @@ def delegated(cgroup_parent: str | None) -> cgroups.Delegation | None:
         return None  # the start refuses with the cause (``check_rootless``), and doctor says it
 
 
-def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None = None) -> dict[str, dict[str, str]]:
+def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None = None,
+           cpus: float | None = None) -> dict[str, dict[str, str]]:
     """Per limit: ``enforced`` ('whole sandbox', 'per process' or 'no') and ``by`` what."""
     if isolation != "gvisor":
         nothing = {"enforced": "no", "by": "isolation none: not sandboxed"}
@@ -55,11 +56,14 @@ def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None 
     timeout = "no CPU quota; cell_timeout stops a cell by the wall clock"
     if not rootless:
         cgroup = f"the sandbox's cgroup ({cgroup_version() or 'missing'})"
+        cpu = ({"enforced": "whole sandbox", "by": f"{cgroup} CPU quota of {cpus:g} CPUs ([sandbox] cpus); "
+                                                   "cell_timeout stops a cell by the wall clock"} if cpus else
+               {"enforced": "no", "by": f"{timeout} ([sandbox] cpus sets a quota); while a call waits for approval "
+                                        "the cell's clock runs on the cgroup's CPU time"})
         return {
             "memory": {"enforced": "whole sandbox", "by": f"{cgroup} memory limit; per process also {address_space}"},
             "pids": {"enforced": "whole sandbox", "by": f"{cgroup} pids limit; also {nproc}"},
-            "cpu": {"enforced": "no", "by": f"{timeout}; while a call waits for approval the cell's clock runs on "
-                                            "the cgroup's CPU time"},
+            "cpu": cpu,
         }
     delegation = delegated(cgroup_parent) if rootless else None
     if delegation is not None:
@@ -81,9 +85,14 @@ def report(rootless: bool, isolation: str = "gvisor", cgroup_parent: str | None 
     }
 
 
-def check_rootless(require_hard_limits: bool, cgroup_parent: str | None = None) -> cgroups.Delegation | None:
+def check_rootless(require_hard_limits: bool, cgroup_parent: str | None = None,
+                   cpus: float | None = None) -> cgroups.Delegation | None:
     """The delegated cgroup to use, if any; SandboxUnavailable, with cause and fix, when an ordinary user cannot get
     the sandbox configured."""
+    if cpus is not None:  # a limit asked for and not enforced would be a silent fallback
+        raise SandboxUnavailable(f"[sandbox] cpus = {cpus:g} needs a CPU quota on the sandbox's cgroup, which runsc "
+                                 "sets only when cellgate runs as root (a delegated cgroup here binds memory and pids "
+                                 "only); run cellgate as root, or unset [sandbox] cpus")
     problem = userns.probe()
     if problem is not None:
         raise SandboxUnavailable(f"gVisor without root needs a user namespace, which this host refuses "

@@ -63,7 +63,8 @@ class LocalBackend(SandboxBackend):
     def runtime(self) -> dict[str, Any]:
         box = self.settings.sandbox
         where = self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
-        return {**where, "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent)}
+        return {**where, "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent,
+                                                               box.cpus)}
 
     def launch_config(self, request: SandboxRequest) -> SandboxConfig:
         """The local launch parameters of a request: its limits and timeouts, with ``[sandbox]``'s local keys."""

@@ -156,11 +156,21 @@ def spec(
             "resources": {
                 "memory": {"limit": limits.memory_bytes},
                 "pids": {"limit": limits.pids},
+                **({"cpu": cpu_quota(limits.cpus)} if limits.cpus else {}),
             },
             "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
             "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"],
         },
     }
+
+
+CPU_PERIOD_US: Final = 100_000  # the CFS period of a sandbox's CPU quota (the kernel's default)
+
+
+def cpu_quota(cpus: float) -> dict[str, int]:
+    """OCI ``linux.resources.cpu`` for ``cpus`` CPUs: that many periods' worth of CPU time in each period (runsc
+    writes it to the sandbox's cgroup: v1 ``cpu.cfs_quota_us``, v2 ``cpu.max``)."""
+    return {"quota": max(1000, round(cpus * CPU_PERIOD_US)), "period": CPU_PERIOD_US}
 
 
 # Flags that must never appear (SECURITY.md, A1 and P3); ``--rootless`` only as the host's own choice.
