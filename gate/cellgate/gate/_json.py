@@ -35,8 +35,9 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def write_atomically(path: Path, text: str, durable: bool = True, *, folder_fd: int | None = None) -> None:
-    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too.
+def write_atomically(path: Path, text: str | bytes, durable: bool = True, *, folder_fd: int | None = None) -> None:
+    """Temp file in the same folder, rename: never a torn file; with ``durable``, fsync'd file and folder too
+    (``text`` as UTF-8, or bytes as they are).
 
     ``folder_fd``: the folder already open (``path``'s name is written in it, whatever its path leads to now):
     a folder checked once stays the one written to (``audit.owned``)."""
@@ -48,12 +49,12 @@ def write_atomically(path: Path, text: str, durable: bool = True, *, folder_fd: 
             os.close(folder)
 
 
-def _write_in(folder: int, name: str, text: str, durable: bool) -> None:
+def _write_in(folder: int, name: str, text: str | bytes, durable: bool) -> None:
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as handle:
+            handle.write(text)  # type: ignore[arg-type]  # bytes to the binary file, text to the text one
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._json import write_atomically
 
 if TYPE_CHECKING:
     from cellgate.gate.session.session import Session
@@ -76,14 +76,7 @@ def write_output(dest: str, name: str, data: bytes) -> Path:
     folder = target.parent
     if not folder.is_dir():
         raise ConfigError(f"--output destination {dest!r}: the folder {str(folder)!r} does not exist; make it first")
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomically(target, data)
     return target
 
 
