@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,9 +61,11 @@ def test_exec_uploads_inputs_downloads_outputs_and_replay_puts_the_inputs_back(t
 def test_a_missing_input_or_a_bad_spec_is_refused_before_any_sandbox_starts(tmp_path: Path) -> None:
     (tmp_path / "p.py").write_text("print(1)\n")
     (tmp_path / "data").mkdir()
+    os.mkfifo(tmp_path / "pipe")  # opening it to read would block the session for good
     for args, said in [(["--input", "absent.csv"], "--input 'absent.csv': No such file or directory"),
                        (["--input", "data"], "--input 'data' is a folder"),
                        (["--input", "."], "--input '.' names no file"),
+                       (["--input", "pipe"], "--input 'pipe' is not a regular file"),
                        (["--output", "x.csv:"], "--output 'x.csv:': give FILE or FILE:DEST")]:
         done = cellgate("exec", "p.py", *args, "--notebook", str(tmp_path / "n.ipynb"), cwd=tmp_path)
         assert done.returncode == 2, done.stderr
@@ -82,4 +85,14 @@ def test_an_output_is_not_fetched_after_a_failed_cell_and_a_missing_one_is_a_cle
     done = cellgate("exec", "ok.py", "--output", "/tmp/never-written", "--notebook", str(tmp_path / "b.ipynb"),
                     cwd=tmp_path)
     assert done.returncode == 2 and "/tmp/never-written" in done.stderr, done.stderr
-    assert not list(tmp_path.glob("*never-written*"))  # nothing half-written on the host
+
+    # Every input is checked against the limit before the first is sent: none of the two goes in.
+    (tmp_path / "small.csv").write_text("a\n")
+    (tmp_path / "big.bin").write_bytes(b"\0" * (2 << 20))
+    (tmp_path / "limit.toml").write_text("[sandbox]\nfile_limit_mb = 1\n")
+    done = cellgate("exec", "ok.py", "--config", "limit.toml", "--input", "small.csv", "--input", "big.bin",
+                    "--notebook", str(tmp_path / "c.ipynb"), cwd=tmp_path)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "--input 'big.bin' is 2,097,152 bytes, over the limit of 1,048,576" in said, said
+    events = [r["event"] for r in map(json.loads, (tmp_path / "c.journal.jsonl").read_text().splitlines())]
+    assert "file-uploaded" not in events and "cell-sent" not in events

@@ -48,7 +48,7 @@ def test_a_file_goes_in_a_program_reads_it_and_its_result_comes_out(tmp_path: Pa
 
             got = await client.call_tool("download_file", {"path": "totals.csv", "session": handle})
             expected = "".join(f"r{k},{sum(range(k, 3000, 3))}\n" for k in range(3))
-            assert got.structured_content["text"] == expected
+            assert got.structured_content["text"] == expected and got.structured_content["text_cut"] is False
             assert base64.b64decode(got.content[0].resource.blob) == expected.encode()
             assert got.structured_content["sha256"] == hashlib.sha256(expected.encode()).hexdigest()
             back = await client.call_tool("download_file", {"path": "/tmp/raw.bin", "session": handle})
@@ -65,6 +65,7 @@ def test_a_file_goes_in_a_program_reads_it_and_its_result_comes_out(tmp_path: Pa
             assert bad.is_error and "not valid base64" in bad.content[0].text
             missing = await client.call_tool("download_file", {"path": "absent.csv", "session": handle})
             assert missing.is_error and "absent.csv" in missing.content[0].text
+            assert f"(session {handle})" in missing.content[0].text
             listed = await client.call_tool("execute_python", {"session": handle, "code": (
                 "import os\nprint(sorted(os.listdir('.')))")})
             assert listed.structured_content["stdout"] == "['orders.csv', 'totals.csv']\n"  # nothing half-written

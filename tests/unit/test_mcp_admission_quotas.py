@@ -155,3 +155,25 @@ def test_one_client_over_stdio_gets_one_session_from_concurrent_first_calls() ->
         assert len(handles) == 1 and held.entered == ["anyone"]
 
     asyncio.run(scenario())
+
+
+def test_close_all_ends_every_clients_session_when_the_pool_fails_to_close() -> None:
+    class FailingPool:
+        """A pool whose close fails (a started sandbox it could not delete); it ends the sessions handed back."""
+
+        async def close(self) -> None:
+            raise OSError("a pod could not be deleted")
+
+        async def release(self, session: StandIn) -> None:
+            await session.shutdown()
+
+    async def main() -> list[StandIn]:
+        held = Held()
+        held.release.set()
+        served = sessions(held)
+        opened = [(await bounded(served.admit(None, owner)))[1].session for owner in (ALICE, BOB)]
+        served.pool = FailingPool()  # type: ignore[assignment]  # a stand-in
+        await bounded(served.close_all())  # said in the log, never raised past the sessions' ends
+        return opened  # type: ignore[return-value]  # stand-ins
+
+    assert [session.ended for session in asyncio.run(main())] == [True, True]  # before: close_all stopped at the pool

@@ -53,8 +53,8 @@ def _write_in(folder: int, name: str, text: str | bytes, durable: bool) -> None:
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as handle:
-            handle.write(text)  # type: ignore[arg-type]  # bytes to the binary file, text to the text one
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -70,7 +70,7 @@ LIMITS_ENFORCED = {
                "by": "the pod's memory limit (its cgroup on the node); per process also RLIMIT_AS set by the kernel "
                      "before any cell (MemoryError in the cell)"},
     "pids": {"enforced": "no", "by": "the node's podPidsLimit if its kubelet sets one (not set per pod)"},
-    "cpu": {"enforced": "whole sandbox", "by": "the pod's CPU limit ([kubernetes] cpus: a CFS quota on the node)"},
+    "cpu": {"enforced": "whole sandbox", "by": "the pod's CPU limit ([sandbox] cpus, else [kubernetes] cpus: a CFS quota on the node)"},
 }
 DELETE_WAIT = 30.0  # seconds ``delete`` waits for a pod's node to stop it
 

@@ -38,6 +38,7 @@ class FileMoved(BaseModel):
     sha256: str = Field(description="the SHA-256 of its bytes, as the audit notebook records it")
     text: str | None = Field(default=None, description="download_file: the file's text when it is UTF-8 (cut past "
                                                        f"{TEXT_IN_RESULT:,} characters; the attached resource is whole)")
+    text_cut: bool = Field(default=False, description="download_file: true when `text` holds only the start")
 
 
 def decoded(content: str, encoding: str) -> bytes:
@@ -50,8 +51,9 @@ def decoded(content: str, encoding: str) -> bytes:
                         "encoding='utf-8'") from None
 
 
-def register(server: MCPServer, sessions: Sessions) -> None:
-    """Add the two file tools to ``server``, over the sessions of ``sessions``."""
+def register(server: MCPServer, sessions: Sessions, file_limit: int) -> None:
+    """Add the two file tools to ``server``, over the sessions of ``sessions`` (``file_limit``: ``[sandbox]
+    file_limit_mb`` in bytes, checked before a session is started for a file that could never go in)."""
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
     async def upload_file(path: str, content: str, encoding: Literal["utf-8", "base64"] = "utf-8",
@@ -65,12 +67,16 @@ def register(server: MCPServer, sessions: Sessions) -> None:
             session: The handle a previous call returned; omit it to start a session.
         """
         data = decoded(content, encoding)
+        if len(data) > file_limit:
+            raise ToolError(f"the file for {path[:200]!r} is {len(data):,} bytes, over the limit of {file_limit:,} "
+                            f"bytes ([sandbox] file_limit_mb = {file_limit >> 20}); nothing was written. Split the "
+                            "file (or compress it), or ask the operator to raise file_limit_mb")
         handle, entry = await sessions.admit(session, current_principal())
         async with entry.lock:
             try:
                 record = await entry.session.upload(path, data)
-            except CellgateError as exc:  # too large, outside the workspace, the sandbox refused it
-                raise ToolError(str(exc)) from None
+            except CellgateError as exc:  # outside the workspace, the sandbox refused it
+                raise ToolError(f"{exc} (session {handle})") from None  # a session this call started stays usable
         moved = FileMoved(session=handle, path=record.path, size=record.size, sha256=record.sha256)
         return CallToolResult(content=[TextContent(text=f"wrote {record.path} ({record.size:,} bytes, sha256 "
                                                         f"{record.sha256})")],
@@ -82,21 +88,25 @@ def register(server: MCPServer, sessions: Sessions) -> None:
 
         Args:
             path: The file, in the sandbox's working folder (relative) or under /workspace or /tmp.
-            session: The handle a previous call returned.
+            session: The handle a previous call returned (over stdio it may be omitted: the client's one session).
         """
+        if session is None and not sessions.single_client:  # a new session holds no file to download
+            raise ToolError("download_file needs `session`: the handle execute_python or upload_file returned")
         handle, entry = await sessions.admit(session, current_principal())
         async with entry.lock:
             try:
                 data = await entry.session.download(path)
             except CellgateError as exc:  # missing, too large, outside the workspace
-                raise ToolError(str(exc)) from None
+                raise ToolError(f"{exc} (session {handle})") from None
         digest = hashlib.sha256(data).hexdigest()  # as the session recorded it
         try:
-            text: str | None = data.decode("utf-8")[:TEXT_IN_RESULT]
+            text: str | None = data.decode("utf-8")
         except UnicodeDecodeError:
             text = None
+        cut = text is not None and len(text) > TEXT_IN_RESULT
         mime = mimetypes.guess_type(path)[0] or ("text/plain" if text is not None else "application/octet-stream")
         blob = BlobResourceContents(uri=f"cellgate://sessions/{handle}/files/{quote(path.lstrip('/'))}",
                                     mimeType=mime, blob=base64.b64encode(data).decode("ascii"))
-        moved = FileMoved(session=handle, path=path, size=len(data), sha256=digest, text=text)
+        moved = FileMoved(session=handle, path=path, size=len(data), sha256=digest,
+                          text=text[:TEXT_IN_RESULT] if text is not None else None, text_cut=cut)
         return CallToolResult(content=[EmbeddedResource(resource=blob)], structured_content=moved.model_dump(mode="json"))

@@ -117,7 +117,7 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         await sessions.close(session, current_principal())
         return f"closed session {session}"
 
-    file_tools.register(server, sessions)
+    file_tools.register(server, sessions, settings.sandbox.file_limit_mb << 20)
 
     @server.resource("cellgate://sessions/{session}/notebook", mime_type="application/x-ipynb+json",
                      description="The audit notebook of a session: every cell, its outputs and its gated calls.")

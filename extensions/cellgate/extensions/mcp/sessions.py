@@ -228,7 +228,10 @@ class Sessions:
         # The pool first: each session ended below frees a slot, and a pool still open would start a sandbox (a
         # pod) in it, one this server then abandons mid-start as it exits.
         if self.pool is not None:
-            await self.pool.close()
+            try:
+                await self.pool.close()
+            except Exception:  # noqa: BLE001 - the clients' sessions below are ended whatever the pool did
+                _log.exception("closing the pool of started sandboxes failed")
         entries, self._entries = list(self._entries.values()), {}
         ended = await asyncio.gather(*(self._end(e.session) for e in entries), return_exceptions=True)
         for failure in ended:  # every session is ended whatever one of them does; each failure is said

@@ -133,7 +133,8 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
     p.add_argument("--input", action="append", default=[], metavar="FILE[:DEST]",
                    help="upload a file before the first cell (DEST: where in the sandbox; default its name in the "
-                        "working folder); recorded by sha256 and put back by replay; repeat for more")
+                        "working folder; the first ':' starts DEST); recorded by sha256 and put back by replay; "
+                        "repeat for more")
     p.add_argument("--output", action="append", default=[], metavar="PATH[:DEST]",
                    help="download a file from the sandbox after the last cell, if every cell succeeded (DEST: where "
                         "on this host; default its name here); recorded by sha256; repeat for more")

@@ -3,12 +3,14 @@ the last one.
 
 They go through the session's ``upload`` and ``download``: each is recorded by sha256 with its bytes kept as a
 blob of the record (``cellgate replay`` puts the inputs back), and none is larger than ``[sandbox]
-file_limit_mb``. An input is read only up to that limit (a bigger file, or a device that never ends, is refused
-without reading the rest); an output is written whole or not at all (a temporary file beside it, then renamed).
+file_limit_mb``: every input is checked before the first is sent, and read only up to the limit. A host path
+with ``:`` in its name cannot be given (the colon starts DEST). An output is written whole or not at all (a
+temporary file beside it, then renamed; mode 0600).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from dataclasses import dataclass
@@ -47,7 +49,7 @@ def moves(specs: list[str], flag: str) -> list[Move]:
 
 
 def check_inputs(inputs: list[Move]) -> None:
-    """Before any sandbox starts: every input is a file this user can read."""
+    """Before any sandbox starts: every input is a regular file (a pipe or a device could block or never end)."""
     for move in inputs:
         try:
             mode = os.stat(move.source).st_mode
@@ -55,16 +57,26 @@ def check_inputs(inputs: list[Move]) -> None:
             raise ConfigError(f"--input {move.source!r}: {exc.strerror or exc}; name a file to upload") from None
         if stat.S_ISDIR(mode):
             raise ConfigError(f"--input {move.source!r} is a folder; name each file (or pack the folder in one)")
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"--input {move.source!r} is not a regular file (a pipe or a device); copy what it "
+                              "holds to a file and upload that")
+
+
+def _over(path: str, size: int, limit: int) -> ConfigError:
+    return ConfigError(f"--input {path!r} is {size:,} bytes, over the limit of {limit:,} bytes ([sandbox] "
+                       f"file_limit_mb = {limit >> 20}); nothing was uploaded. Raise file_limit_mb in cellgate.toml, "
+                       "or split the file (or compress it)")
 
 
 def read_input(path: str, limit: int) -> bytes:
     """The bytes of ``path``, refused past ``limit`` (the session's file limit) without reading the rest."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError(f"--input {path!r} is over the limit of {limit:,} bytes ([sandbox] file_limit_mb = "
-                          f"{limit >> 20}); nothing was uploaded. Raise file_limit_mb in cellgate.toml, or split the "
-                          "file (or compress it)")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"--input {path!r} cannot be read: {exc.strerror or exc}; nothing was uploaded") from None
+    if len(data) > limit:  # it grew since it was checked
+        raise _over(path, len(data), limit)
     return data
 
 
@@ -73,19 +85,30 @@ def write_output(dest: str, name: str, data: bytes) -> Path:
     target = Path(dest)
     if target.is_dir():
         target = target / name
-    folder = target.parent
-    if not folder.is_dir():
-        raise ConfigError(f"--output destination {dest!r}: the folder {str(folder)!r} does not exist; make it first")
-    write_atomically(target, data)
+    elif dest.endswith("/"):
+        raise ConfigError(f"--output destination {dest!r} names a folder that does not exist; make it first")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--output destination {dest!r}: the folder {str(target.parent)!r} does not exist; "
+                          "make it first")
+    try:
+        write_atomically(target, data)
+    except OSError as exc:
+        raise ConfigError(f"--output {str(target)!r} cannot be written: {exc.strerror or exc}; the file is kept "
+                          "whole in the run's record (a blob named by its sha256 beside the audit notebook)") from None
     return target
 
 
 async def upload_inputs(session: Session, inputs: list[Move]) -> list[str]:
-    """Each input into the sandbox; a line per file saying where it went and its sha256."""
+    """Each input into the sandbox, none if one is over the limit; a line per file saying where it went."""
     limit = session.settings.sandbox.file_limit_mb << 20
+    for move in inputs:
+        size = os.stat(move.source).st_size
+        if size > limit:
+            raise _over(move.source, size, limit)
     said = []
     for move in inputs:
-        record = await session.upload(move.dest, read_input(move.source, limit))
+        data = await asyncio.to_thread(read_input, move.source, limit)
+        record = await session.upload(move.dest, data)
         said.append(f"uploaded {move.source} to {record.path} ({record.size:,} bytes, sha256 {record.sha256[:16]})")
     return said
 
@@ -95,6 +118,7 @@ async def download_outputs(session: Session, outputs: list[Move]) -> list[str]:
     said = []
     for move in outputs:
         data = await session.download(move.source)
-        written = write_output(move.dest, os.path.basename(move.source.rstrip("/")), data)
+        name = os.path.basename(move.source.rstrip("/"))
+        written = await asyncio.to_thread(write_output, move.dest, name, data)
         said.append(f"downloaded {move.source} to {written} ({len(data):,} bytes)")
     return said

@@ -28,7 +28,7 @@ class SandboxSettings(StrictModel):
     platform: Literal["systrap", "ptrace", "kvm"] | None = None
     memory_mb: int = Field(default=1024, ge=128, le=65536)
     pids: int = Field(default=256, ge=128, le=65536)
-    cpus: float | None = Field(default=None, gt=0, le=1024, description="CPUs the whole sandbox may use (a cgroup CPU "
+    cpus: float | None = Field(default=None, ge=0.01, le=64, description="CPUs the whole sandbox may use (a cgroup CPU "
                                "quota: 0.5 is half of one core, 2 two cores' worth); unset: no quota")
     open_files: int = Field(default=1024, ge=64, le=1 << 20)
     tmp_mb: int = Field(default=256, ge=1, le=65536)

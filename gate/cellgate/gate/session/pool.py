@@ -130,10 +130,13 @@ class Pool:
             task.cancel()
         # A start under way is not cut short (its sandbox, a pod, would be left running): it ends, and is discarded.
         ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        ready = []
         while not self._ready.empty():
-            await self._discard(self._ready.get_nowait())
-        failed = [e for e in ended if isinstance(e, Exception)]
-        if failed:  # a session started during close that could not be shut down: said, not dropped
+            ready.append(self._ready.get_nowait())
+        discarded = await asyncio.gather(*(self._discard(session) for session in ready), return_exceptions=True)
+        # Every session is shut down whatever one of them does; a failure is then raised, not dropped.
+        failed = [e for e in (*ended, *discarded) if isinstance(e, Exception)]
+        if failed:
             raise failed[0]
 
     async def __aenter__(self) -> Pool:
