@@ -144,9 +144,9 @@ def doctor(fix: bool = False, clean: bool = False, backend: str = DEFAULT_BACKEN
     for name, how in enforcement.report(os.geteuid() != 0).items():
         line = f"{name}: {how['enforced']} ({how['by']})"
         if how["enforced"] != "whole sandbox":
-            console.print(f"[yellow]note[/]  limit: {line}")
+            console.print(f"[yellow]note[/]  limit: {escape(line)}")  # "[sandbox] cpus" is text, not markup
         else:
-            _ok("limit", line)
+            _ok("limit", escape(line))
     if failures and os.geteuid() != 0:
         console.print("[yellow]skip[/]  sandbox: not tried, it cannot start without what failed above")
         return 1
