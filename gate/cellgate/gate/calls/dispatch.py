@@ -232,7 +232,7 @@ class Dispatcher:
         start = time.perf_counter()
         try:
             # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
-            plain, shown = await span.inside(self._decide_and_run)(request, record, scope, secrets)
+            plain, shown, text = await span.inside(self._decide_and_run)(request, record, scope, secrets)
         except CallFailed as failure:
             if record.rule is None and failure.kind in REFUSED_BEFORE_RULES:  # no rule decided: not a "deny"
                 record.decision = REFUSED_BEFORE_RULES[failure.kind]
@@ -242,8 +242,7 @@ class Dispatcher:
             span.ended(record)
             raise
         else:
-            record.ok, record.result = True, kept.scrub(shown)
-            text = canonical_json(plain)
+            record.ok, record.result = True, kept.scrub(shown)  # (text: plain's canonical JSON, made once)
             # Size and digest of the recorded value (secrets as markers or keyed digests): what the blob
             # holds, and a digest that never confirms a guessed secret.
             recorded = text if record.result is plain else canonical_json(record.result)
@@ -256,7 +255,8 @@ class Dispatcher:
         return reply, record
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, scope: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any]:
+                              secrets: list[str]) -> tuple[Any, Any, str]:
+        """Decide and run the call: the result for the sandbox, the one for the record, and the first's JSON text."""
         tool = self.registry.get(request.tool)
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
@@ -312,13 +312,14 @@ class Dispatcher:
         secrets.extend(found)
         try:
             converted = pydantic_core.to_jsonable_python(plain)
-            size = len(canonical_json(converted).encode())  # NaN, Infinity and the like are not JSON
+            text = canonical_json(converted)  # NaN, Infinity and the like are not JSON
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
+        size = len(text.encode())
         if size > self.policy.max_result_bytes:
             raise CallFailed("failed", f"tool {tool.name!r} returned {size} bytes, over the "
                                        f"{self.policy.max_result_bytes} byte limit ([policy] max_result_bytes)")
-        return converted, pydantic_core.to_jsonable_python(shown) if found else converted
+        return converted, pydantic_core.to_jsonable_python(shown) if found else converted, text
 
     def _concurrency(self, tool: str) -> int:
         entry = self.policy.for_tool(tool)

@@ -17,16 +17,43 @@ class Secret(str):
     __slots__ = ()
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types: a Secret is a str subclass
+
+
+def holds_secret(value: Any) -> bool:
+    """Whether a ``Secret`` is anywhere in ``value``: a walk that builds nothing (a 1 MB result is mostly scalars)."""
+    pending, seen = [value], set[int]()
+    while pending:
+        item = pending.pop()
+        if type(item) in _PLAIN_SCALARS:
+            continue
+        if isinstance(item, Secret):
+            return True
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:  # a part shared, or a cycle (which the JSON conversion after this refuses)
+                continue
+            seen.add(id(item))
+            pending.extend(item.values() if isinstance(item, dict) else item)
+    return False
+
+
 def split_secrets(value: Any, found: list[str], digest: Callable[[str], Any]) -> tuple[Any, Any]:
-    """(plain value for the sandbox, redacted value for the record); secrets go in found."""
+    """(plain value for the sandbox, redacted value for the record); secrets go in found. A value without a
+    secret is returned as it is, twice (nothing rebuilt)."""
+    if not holds_secret(value):
+        return value, value
+    return _split(value, found, digest)
+
+
+def _split(value: Any, found: list[str], digest: Callable[[str], Any]) -> tuple[Any, Any]:
     if isinstance(value, Secret):
         found.append(str(value))
         return str(value), digest(str(value))
     if isinstance(value, dict):
-        pairs = {k: split_secrets(v, found, digest) for k, v in value.items()}
+        pairs = {k: _split(v, found, digest) for k, v in value.items()}
         return {k: p for k, (p, _) in pairs.items()}, {k: r for k, (_, r) in pairs.items()}
     if isinstance(value, (list, tuple)):
-        pairs_list = [split_secrets(v, found, digest) for v in value]
+        pairs_list = [_split(v, found, digest) for v in value]
         return [p for p, _ in pairs_list], [r for _, r in pairs_list]
     return value, value
 

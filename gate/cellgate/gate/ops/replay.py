@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._json import canonical_json
 from cellgate.gate.audit.artifacts import ArtifactError, blob_value, open_confined, read_capped, run_name
 from cellgate.gate.audit.notebook_file import journal_of, load_notebook
 from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
@@ -219,7 +220,7 @@ class ReplayGate(Dispatcher):
         self.stopped_at = min(max(self.cell_index, 0), len(self.recording) - 1) if self.recording else -1
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any]:
+                              secrets: list[str]) -> tuple[Any, Any, str]:
         if request.tool in self.live:
             self.live_calls += 1
             return await super()._decide_and_run(request, record, context, secrets)
@@ -229,7 +230,7 @@ class ReplayGate(Dispatcher):
         if not recorded.ok:
             error = recorded.error or {"kind": "failed", "message": "the recorded call failed"}
             raise CallFailed(error.get("kind", "failed"), error.get("message", ""))  # type: ignore[arg-type]
-        return recorded.result, recorded.result
+        return recorded.result, recorded.result, canonical_json(recorded.result)
 
     def _next(self, request: CallRequest, record: CallRecord) -> RecordedCall:
         if self.stopped_at is not None:
