@@ -63,7 +63,7 @@ ESCAPES: dict[str, tuple[str, str, str]] = {
     "R8 warnings.sys": ("import warnings\nwarnings.sys", "ImportError", NOT_IMPORTABLE.format("warnings")),
     "R9 ctypes": ("import ctypes", "ImportError", NOT_IMPORTABLE.format("ctypes")),
     "R9 _ctypes": ("import _ctypes", COMPILE, r'"_ctypes" is an invalid variable name'),
-    "R9 gc": ("import gc\ngc.get_objects()", "ImportError", NOT_IMPORTABLE.format("gc")),
+    "R9 gc": ("import gc\nheap = gc.get_objects()", "ImportError", NOT_IMPORTABLE.format("gc")),
     "R9 inspect": ("import inspect", "ImportError", NOT_IMPORTABLE.format("inspect")),
     "R9 code": ("import code", "ImportError", NOT_IMPORTABLE.format("code")),
     "R9 __import__": ("__import__('o' + 's')", COMPILE, r'"__import__" is an invalid variable name'),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
 from cellgate.gate._startup import defer_slow_imports
 from cellgate.gate._terminal import clean, reveal
+from cellgate.gate.ops.image_cli import add_image
 from cellgate.gate.ops.review_cli import add_report, add_show
 
 if TYPE_CHECKING:  # imported where a command needs them: `cellgate --help` must not pay for any of these
@@ -400,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_approvals(sub)
     _add_audit(sub)
     _add_replay(sub)
+    add_image(sub)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in sub.choices:  # --help, an extension's command or a typo: list them all
         from importlib.metadata import entry_points  # ~60 ms: not for the built-in commands

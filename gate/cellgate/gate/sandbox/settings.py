@@ -24,6 +24,10 @@ class SandboxSettings(StrictModel):
     backend: str = Field(default="local", description="where kernels run: \"local\" (runsc on this host) or a "
                          "backend an extension installs (\"kubernetes\"), by its cellgate.sandbox_backends name")
     isolation: Literal["gvisor", "none"] = "gvisor"
+    image: str = Field(default="minimal", pattern=r"^([a-z][a-z0-9_-]{0,62}|sha256:[0-9a-f]{64})$",
+                       description="gVisor: the built image that is the sandbox's whole / (`cellgate image build NAME`: "
+                       "\"minimal\", \"data\" or your own spec), by name or sha256:DIGEST; \"host\": the host's "
+                       "own /usr and the gate's Python environment, bound read-only (development only)")
     runsc: str | None = None
     platform: Literal["systrap", "ptrace", "kvm"] | None = None
     memory_mb: int = Field(default=1024, ge=128, le=65536)

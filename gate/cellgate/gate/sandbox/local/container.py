@@ -30,6 +30,7 @@ import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.environment import CHANNELS
+from cellgate.gate.sandbox.images.store import HOST, Image
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
 from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
 from cellgate.gate.sandbox.local.runsc import Runsc
@@ -67,6 +68,7 @@ class SandboxConfig:
     start_timeout: float = 60.0
     require_hard_limits: bool = False  # refuse to start where memory binds only per process (``enforcement``)
     cgroup_parent: str | None = None  # rootless: the delegated cgroup each sandbox gets a child of (``cgroups``)
+    image: Image | None = None  # gVisor: the built image that is the sandbox's whole /; None: the host's (``host``)
 
 
 class Sandbox:
@@ -139,8 +141,9 @@ class Sandbox:
         }
         if not self.snapshot_build:
             self.path("conn", "kernel.json").write_text(json.dumps(connection))
+        image = self.config.image if self.config.isolation == "gvisor" else None
         kernel_argv = [
-            sys.executable,
+            image.python if image else sys.executable,
             "-m", "cellgate.kernel",
             "-f", oci.CONNECTION_FILE if self.config.isolation == "gvisor" else str(self.path("conn", "kernel.json")),
             "--HistoryManager.hist_file=:memory:",  # history in the kernel's memory: never a file, host or sandbox
@@ -161,14 +164,15 @@ class Sandbox:
                 self.path("conn", "kernel.json").chmod(0o400)
                 if not self.rootless:
                     os.chown(self.path("conn", "kernel.json"), uid, gid)
-            for link, points_to in oci.rootfs_links().items():
+            for link, points_to in () if image else oci.rootfs_links().items():
                 os.symlink(points_to, self.path("bundle", "rootfs", link))
             layout = oci.Layout(
                 bundle=str(self.path("bundle")), etc=str(self.path("etc")), ipc=str(self.path("ipc")),
-                conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=python_dirs(),
-                workspace=self.config.workspace,
+                conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=() if image else python_dirs(),
+                workspace=self.config.workspace, image_rootfs=str(image.rootfs) if image else None,
             )
-            env = oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
+            # An image has the kernel slice on its interpreter's own path; the host's is bound where it is.
+            env = oci.environment([] if image else [kernel_python_path()], self.config.limits, self.config.reply_wait,
                                   self.config.restricted)
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id, rootless=self.rootless)
             self._spec_text = json.dumps(spec, indent=1)
@@ -387,6 +391,9 @@ class Sandbox:
         }
         info["network"] = "none"
         if self.config.isolation == "gvisor":
+            image = self.config.image
+            info["image"] = {"name": image.name, **image.record()} if image else {
+                "name": HOST, "note": "the host's /usr and the gate's Python environment, bound read-only"}
             info["rootless"] = self.rootless
             info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent,
                                                          cpus=limits.cpus)

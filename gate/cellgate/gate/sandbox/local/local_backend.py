@@ -30,6 +30,8 @@ from cellgate.gate.sandbox.backend import (
     SandboxStatus,
 )
 from cellgate.gate.sandbox.cpuclock import CpuSource
+from cellgate.gate.sandbox.images import store as images
+from cellgate.gate.sandbox.images.store import HOST, Image
 from cellgate.gate.sandbox.local import enforcement, leftovers
 from cellgate.gate.sandbox.local.container import Sandbox, SandboxConfig, run_root
 from cellgate.gate.sandbox.local.oci import OUTPUT_LOG
@@ -74,7 +76,13 @@ class LocalBackend(SandboxBackend):
             workspace=box.workspace, restricted=request.restricted,
             snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=request.start_timeout,
             require_hard_limits=box.require_hard_limits, cgroup_parent=box.cgroup_parent,
+            image=self._image(request.image or box.image) if box.isolation == "gvisor" else None,
         )
+
+    @staticmethod
+    def _image(name: str) -> Image | None:
+        """The built image ``name`` means now (None: ``host``); SandboxUnavailable saying how to build a missing one."""
+        return None if name == HOST else images.resolve(name)
 
     @staticmethod
     def _local(handle: SandboxHandle) -> LocalHandle:

@@ -41,10 +41,12 @@ class Layout:
     tools: str  # the generated tools package (read-only inside)
     python_dirs: tuple[str, ...]  # interpreter prefixes and package dirs (read-only)
     workspace: str | None = None  # a host folder bound read-write, or None for a tmpfs
+    image_rootfs: str | None = None  # a built image's root (``sandbox.images``): the whole /; None: the host's /usr
+
 
     @property
     def rootfs(self) -> str:
-        return os.path.join(self.bundle, "rootfs")
+        return self.image_rootfs or os.path.join(self.bundle, "rootfs")
 
 
 def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def mounts(layout: Layout, limits: Limits, rootless: bool = False) -> list[dict[
         _tmpfs("/dev/shm", 64 << 20),
     ]
     bound = set()
-    for directory in SYSTEM_DIRS:
+    for directory in () if layout.image_rootfs else SYSTEM_DIRS:  # an image is the whole /: nothing of the host's
         if os.path.isdir(directory) and not os.path.islink(directory):
             result.append(_bind(directory, directory))
             bound.add(directory)
@@ -145,7 +147,7 @@ def spec(
             "rlimits": rlimits,
             "noNewPrivileges": True,
         },
-        "root": {"path": "rootfs", "readonly": True},
+        "root": {"path": layout.image_rootfs or "rootfs", "readonly": True},
         "hostname": hostname,
         "mounts": mounts(layout, limits, rootless),
         "linux": {
