@@ -333,6 +333,9 @@ def _add_replay(sub: Any) -> None:
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="allow isolation = \"none\" from your config: the recording's cells then run on this "
                         "host WITHOUT gVisor")
+    p.add_argument("--allow-other-image", action="store_true",
+                   help="replay even if the sandbox image differs from the one the run was recorded in (what "
+                        "differs is printed)")
 
     def run(a: argparse.Namespace) -> int:
         import asyncio
@@ -353,7 +356,7 @@ def _add_replay(sub: Any) -> None:
                 loop.add_signal_handler(signum, stop.set)
             outcome = await replay(source, set(a.live), output, a.config, a.interactive, stop,
                                    say=lambda line: print(clean(line), flush=True), tools=a.tools,
-                                   unsafe_no_sandbox=a.unsafe_no_sandbox,
+                                   unsafe_no_sandbox=a.unsafe_no_sandbox, allow_other_image=a.allow_other_image,
                                    note=lambda line: say(err, ("note:", "yellow"), f" {line}"))
             return 0 if outcome.failed_cell is None or outcome.reproduced else 1
 

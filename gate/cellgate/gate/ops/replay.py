@@ -35,7 +35,7 @@ from cellgate.gate.audit.notebook_file import journal_of, load_notebook
 from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
-from cellgate.gate.ops.replay_trust import live_tools, operator_settings
+from cellgate.gate.ops.replay_trust import check_image, live_tools, operator_settings
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 UPLOADS_ONLY = "uploads-only"  # not a cell: the files uploaded after the recording's last cell
@@ -339,7 +339,7 @@ async def run_recorded(session: Any, recorded: RecordedCell) -> Any:
 
 async def replay(path: Path, live: set[str], output: Path, config: str | None = None,
                  interactive: bool = False, stop: Any = None, say: Any = print, *, tools: Sequence[str | Path] = (),
-                 unsafe_no_sandbox: bool = False, note: Any = None) -> ReplayOutcome:
+                 unsafe_no_sandbox: bool = False, note: Any = None, allow_other_image: bool = False) -> ReplayOutcome:
     """Re-execute a recorded run; with ``interactive`` keep the kernel until ``stop`` is set.
 
     Settings, policy and live tools are the operator's (``replay_trust``);
@@ -369,6 +369,10 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
                       gate_factory=factory, metadata=origin)
     await session.start()
     try:
+        # Before any recorded cell runs: what the cells import is the image's.
+        recorded_sandbox = meta.get("sandbox")
+        recorded_image = recorded_sandbox.get("image") if isinstance(recorded_sandbox, dict) else None
+        check_image(recorded_image, session.sandbox_info.get("image"), allow_other_image, note)
         gate = session.provisioner.gate
         assert isinstance(gate, ReplayGate)  # made by `factory`
         limit = settings.sandbox.file_limit_mb << 20

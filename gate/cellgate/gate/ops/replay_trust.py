@@ -27,6 +27,8 @@ from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.config import CONFIG_NAME, Settings, find_config, load_settings
 
 UNSAFE_FLAG = "--unsafe-no-sandbox"
+OTHER_IMAGE_FLAG = "--allow-other-image"
+SHOWN_PACKAGE_CHANGES = 20
 
 
 def operator_settings(notebook: Path, config: str | None, unsafe_no_sandbox: bool = False,
@@ -48,6 +50,48 @@ def operator_settings(notebook: Path, config: str | None, unsafe_no_sandbox: boo
     if settings.sandbox.isolation != "gvisor":
         note(f"WARNING: {UNSAFE_FLAG}: the recording's cells run on this host WITHOUT gVisor, as you")
     return settings, found
+
+
+def _packages(image: dict[str, Any]) -> dict[str, str]:
+    listed = image.get("python_packages")
+    return {str(p.get("name"))[:100]: str(p.get("version"))[:100] for p in listed if isinstance(p, dict)} \
+        if isinstance(listed, list) else {}
+
+
+def _image_name(image: dict[str, Any]) -> str:
+    digest = image.get("digest")
+    return f"{str(image.get('name', 'host (recorded before images)'))[:100]}" + (
+        f" sha256:{str(digest)[:16]}…" if digest else "")
+
+
+def image_differences(recorded: Any, live: Any) -> list[str]:
+    """How the image a run was recorded in (its metadata's ``sandbox.image``: the recording's word, only compared)
+    differs from the one its replay runs in; [] when they are the same image."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    live = live if isinstance(live, dict) else {}
+    if recorded.get("digest") == live.get("digest") and recorded.get("name") == live.get("name"):
+        return []
+    lines = [f"the run was recorded in the image {_image_name(recorded)}; this replay runs in {_image_name(live)}"]
+    was, now = _packages(recorded), _packages(live)
+    changes = [f"{name} {was.get(name, '(absent)')} -> {now.get(name, '(absent)')}"
+               for name in sorted(set(was) | set(now)) if was.get(name) != now.get(name)]
+    if changes:
+        shown = changes[:SHOWN_PACKAGE_CHANGES]
+        more = f" and {len(changes) - len(shown)} more" if len(changes) > len(shown) else ""
+        lines.append(f"Python packages that differ: {'; '.join(shown)}{more}")
+    return lines
+
+
+def check_image(recorded: Any, live: Any, allow_other_image: bool, note: Callable[[str], None]) -> None:
+    """Refuse a replay in another image than the recording's (what it imports may differ), unless allowed."""
+    differences = image_differences(recorded, live)
+    if differences and not allow_other_image:
+        name = str(recorded.get("name", "")) if isinstance(recorded, dict) else ""
+        hint = f" (`cellgate image build {name}`, [sandbox] image = \"{name}\")" if name and name.isidentifier() else ""
+        raise ConfigError(f"{'; '.join(differences)}. Replay in the recorded image{hint}, or pass "
+                          f"{OTHER_IMAGE_FLAG} to replay in this one anyway")
+    for line in differences:
+        note(f"{OTHER_IMAGE_FLAG}: {line}")
 
 
 def _differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:

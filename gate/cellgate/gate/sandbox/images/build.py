@@ -60,7 +60,8 @@ def apt_sources() -> list[str]:
             files += sorted(glob.glob(os.path.join(entry, "*.list")) + glob.glob(os.path.join(entry, "*.sources")))
         elif os.path.isfile(entry):
             files.append(entry)
-    files = [f for f in files if any(line.strip() and not line.lstrip().startswith("#") for line in open(f))]
+    files = [f for f in files if any(line.strip() and not line.lstrip().startswith("#")
+                                     for line in Path(f).read_text().splitlines())]
     if not files:
         raise SandboxUnavailable("this machine has no apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d): "
                                  "an image is built from the Debian mirror apt is configured with")
@@ -129,16 +130,19 @@ def build(spec: ImageSpec, *, log: Callable[[str], None] = lambda line: None, fo
             "format": FORMAT, "digest": digest, "spec": spec.model_dump(), "spec_key": key,
             "python_version": python_version, "python_packages": locked,
             "debian": {"suite": debian_suite(), "packages": _debian_packages(rootfs)},
-            "kernel_version": _kernel_digest(), "arch": platform.machine(),
+            "kernel_slice_sha256": _kernel_digest(), "arch": platform.machine(),
             "size_bytes": size, "built_at": utcnow(), "build_seconds": round(time.monotonic() - started, 1),
         }
         write_atomically(work / store.MANIFEST, canonical_json(manifest))
+        os.chmod(work / store.MANIFEST, 0o444)
         final = own / f"{store.DIGEST_PREFIX}{digest}"
-        if final.exists():  # the same content built before (another name, or a forced rebuild)
-            store.delete_tree(work)
-        else:
-            os.chmod(work, 0o755)
+        os.chmod(work, 0o755)
+        try:
             os.rename(work, final)
+        except OSError:
+            if not (final / store.MANIFEST).is_file():
+                raise
+            store.delete_tree(work)  # the same content, built before or by a build beside this one
         image = store.Image(final, store.read_manifest(final))
         store.point(own, spec.name, image)
         return image, True

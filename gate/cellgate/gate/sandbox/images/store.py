@@ -80,8 +80,16 @@ class Image:
 
     def record(self) -> dict[str, Any]:
         """What a run's record says of the image: enough to rebuild it and to tell another from it."""
-        keys = ("digest", "spec", "spec_key", "python_version", "python_packages", "debian", "kernel_version")
+        keys = ("digest", "spec", "spec_key", "python_version", "python_packages", "debian", "kernel_slice_sha256")
         return {key: self.manifest[key] for key in keys if key in self.manifest}
+
+
+def record_of(image: Image | None) -> dict[str, Any]:
+    """The record's word on a sandbox's image (``sandbox.image`` of a run's metadata); None: ``host``."""
+    if image is None:
+        return {"name": HOST, "digest": None,
+                "note": "the host's /usr and the gate's Python environment, bound read-only (development only)"}
+    return {"name": image.name, **image.record()}
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -149,6 +157,7 @@ def point(store: Path, name: str, image: Image) -> None:
     """Let ``name`` mean ``image`` from now on (sessions started before keep the one they have)."""
     (store / "names").mkdir(parents=True, exist_ok=True)
     write_atomically(_name_file(store, name), json.dumps({"digest": image.digest, "spec_key": image.manifest["spec_key"]}))
+    os.chmod(_name_file(store, name), 0o644)  # root's names are read by users too
 
 
 def listing() -> Iterator[tuple[Path, str | None, Image]]:

@@ -30,7 +30,7 @@ import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.environment import CHANNELS
-from cellgate.gate.sandbox.images.store import HOST, Image
+from cellgate.gate.sandbox.images.store import Image, record_of
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
 from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
 from cellgate.gate.sandbox.local.runsc import Runsc
@@ -391,9 +391,7 @@ class Sandbox:
         }
         info["network"] = "none"
         if self.config.isolation == "gvisor":
-            image = self.config.image
-            info["image"] = {"name": image.name, **image.record()} if image else {
-                "name": HOST, "note": "the host's /usr and the gate's Python environment, bound read-only"}
+            info["image"] = record_of(self.config.image)
             info["rootless"] = self.rootless
             info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent,
                                                          cpus=limits.cpus)

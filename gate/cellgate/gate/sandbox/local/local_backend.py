@@ -65,8 +65,10 @@ class LocalBackend(SandboxBackend):
     def runtime(self) -> dict[str, Any]:
         box = self.settings.sandbox
         where = self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
+        image = images.record_of(self._image(box.image)) if box.isolation == "gvisor" else {
+            "name": "none", "digest": None, "note": "isolation none: the gate's own interpreter, NOT sandboxed"}
         return {**where, "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent,
-                                                               box.cpus)}
+                                                               box.cpus), "image": image}
 
     def launch_config(self, request: SandboxRequest) -> SandboxConfig:
         """The local launch parameters of a request: its limits and timeouts, with ``[sandbox]``'s local keys."""
