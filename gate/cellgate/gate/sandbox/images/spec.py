@@ -24,7 +24,6 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.sandbox.images.store import NAME_PATTERN
 
-
 # The kernel slice's own requirements (kernel/pyproject.toml), in every image.
 KERNEL_REQUIREMENTS: Final = ("ipykernel>=7.4", "jupyter_client>=8.10", "pyzmq>=26", "traitlets>=5.14",
                               "typing_extensions>=4.6", "RestrictedPython>=8.0")
