@@ -89,6 +89,30 @@ def _reap(backend: str) -> list[str]:
     return load_backend(backend)(load_settings(find_config())).reap()
 
 
+def _image_check(fix: bool) -> int:
+    """The default image is built (with ``fix``: built now); 1 if it is not."""
+    from cellgate.gate.sandbox.images import build, store
+    from cellgate.gate.sandbox.images.spec import PROFILES
+    from cellgate.gate.sandbox.settings import SandboxSettings
+
+    name = SandboxSettings().image
+    image = store.find(name)
+    if image is None and fix and name in PROFILES:
+        try:
+            image, _ = build.build(PROFILES[name], log=lambda line: console.print(f"      {escape(line)}"))
+        except CellgateError as exc:
+            _fail("image", escape(str(exc)), f"fix what it says, then `cellgate image build {name}`")
+            return 1
+    if image is None:
+        _fail("image", f"the default image {name!r} is not built (a sandbox is its root filesystem)",
+              f"run `cellgate image build {name}` (or `cellgate doctor --fix` as root)")
+        return 1
+    manifest = image.manifest
+    _ok("image", escape(f"{name} sha256:{image.digest[:16]}… ({manifest['size_bytes'] >> 20} MB, "
+                        f"{len(manifest['python_packages'])} Python packages) in {image.folder.parent}"))
+    return 0
+
+
 def doctor(fix: bool = False, clean: bool = False, backend: str = DEFAULT_BACKEND) -> int:
     failures = 0
     console.print(f"cellgate doctor — Python {platform.python_version()}, "
@@ -147,6 +171,7 @@ def doctor(fix: bool = False, clean: bool = False, backend: str = DEFAULT_BACKEN
             console.print(f"[yellow]note[/]  limit: {escape(line)}")  # "[sandbox] cpus" is text, not markup
         else:
             _ok("limit", escape(line))
+    failures += _image_check(fix and os.geteuid() == 0)
     if failures and os.geteuid() != 0:
         console.print("[yellow]skip[/]  sandbox: not tried, it cannot start without what failed above")
         return 1

@@ -2,7 +2,7 @@
 
 Every backend reads it (``BackendSettings.sandbox``): the limits and timeouts of its requests are made from
 it (``SandboxRequest.from_settings``), and ``backend`` names the backend (``cellgate.sandbox_backends``).
-Some keys only the local backend reads (``isolation``, ``runsc``, ``platform``, ``snapshot``, ``workspace``,
+Some keys only the local backend reads (``isolation``, ``image``, ``runsc``, ``platform``, ``snapshot``, ``workspace``,
 ``require_hard_limits``, ``cgroup_parent``). It imports nothing of the gate but the model base, so the sandbox
 room and ``config`` both can.
 """
