@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import data_stack
 from jupyter_client import AsyncKernelManager
 
 from cellgate.gate import Pool, Session
@@ -381,7 +382,7 @@ def machine() -> dict:
 
 
 SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
-            "frontend")
+            "frontend", "data")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -458,6 +459,8 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
                  row("inspect, cellgate", cg["inspect"], baseline=plain["inspect"]),
                  row("history (tail 10), plain", plain["history"]),
                  row("history (tail 10), cellgate", cg["history"], baseline=plain["history"])]
+    if "data" in args.only:
+        rows += data_stack.rows(await data_stack.data_stack(folder, 2 if args.quick else 5), row)
     return rows, note
 
 

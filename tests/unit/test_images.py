@@ -141,3 +141,32 @@ def test_pip_is_asked_for_wheels_of_the_images_python_and_platform_only() -> Non
     platforms = [o.removeprefix("--platform=") for o in options if o.startswith("--platform=")]
     assert platforms[0].startswith("manylinux_2_36_") and any(p.startswith("manylinux_2_17_") for p in platforms)
     assert not any(p.startswith("manylinux_2_37_") for p in platforms)  # nothing newer than the image's glibc
+
+
+def test_a_built_image_renders_a_kernel_build_context_with_the_same_locked_wheels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cellgate.gate.sandbox.images.dockerfile import write_context
+
+    monkeypatch.setenv("CELLGATE_IMAGE_STORE", str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    image = fake_image(tmp_path / "store", "geo", {"shapely": "2.1.0", "pandas": "3.1.1"})
+    manifest = {**image.manifest, "debian": {"suite": "bookworm", "packages": []},
+                "spec": {"name": "geo", "debian": ["libgeos-c1v5"]}}
+    kernel = image.rootfs / "usr/local/lib/python3.11/dist-packages/cellgate/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "__init__.py").write_text("")
+    image = store.Image(image.folder, manifest)
+    written = write_context(image, tmp_path / "context")
+    dockerfile = written[0].read_text().splitlines()
+    assert [line for line in dockerfile if line.startswith("FROM")] == ["FROM debian:bookworm-slim AS wheels",
+                                                                        "FROM debian:bookworm-slim"]
+    copied = [line.split()[-2] for line in dockerfile if line.startswith("COPY")]
+    assert copied == ["requirements.lock", "/site", "cellgate/kernel"]  # the lock, the wheels, the kernel slice
+    assert any("--require-hashes" in line and "--no-deps" in line for line in dockerfile)
+    assert any("libgeos-c1v5" in line and "python-is-python3" in line for line in dockerfile)
+    assert "USER 1000:1000" in dockerfile
+    assert written[1].read_text() == (f"shapely==2.1.0 --hash=sha256:{'0' * 64}\n"
+                                      f"pandas==3.1.1 --hash=sha256:{'0' * 64}\n")
+    assert (tmp_path / "context" / "cellgate" / "kernel" / "__init__.py").is_file()
+    with pytest.raises(FileExistsError, match="is not empty"):
+        write_context(image, tmp_path / "context")

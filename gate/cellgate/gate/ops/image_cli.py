@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate._terminal import clean
 
 SPEC_FILE = "cellgate-image.toml"
@@ -41,6 +42,10 @@ def add_image(sub: Any) -> None:
     remove = actions.add_parser("rm", help="remove a name (the image itself goes with gc)")
     remove.add_argument("name")
     actions.add_parser("gc", help="delete images no name points at, and what a crashed build left")
+    docker = actions.add_parser("dockerfile", help="write a built image as a container build context (Dockerfile, "
+                                                   "its lock, the kernel slice) for Kubernetes kernel pods")
+    docker.add_argument("name", help="a built image: a name, or sha256:DIGEST")
+    docker.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder for the build context")
 
     def run(a: argparse.Namespace) -> int:
         from cellgate.gate.sandbox.images import build as builder
@@ -79,6 +84,16 @@ def add_image(sub: Any) -> None:
                   f"({len(manifest['debian']['packages'])} packages), {_size(manifest['size_bytes'])}")
             for package in manifest["python_packages"]:
                 print(clean(f"  {package['name']}=={package['version']}  sha256:{package['sha256']}"))
+        elif a.action == "dockerfile":
+            from cellgate.gate.sandbox.images.dockerfile import write_context
+
+            image = store.resolve(a.name)
+            try:
+                written = write_context(image, Path(a.out))
+            except FileExistsError as exc:
+                raise ConfigError(str(exc)) from None
+            print(f"wrote {', '.join(str(p) for p in written)}: `docker build -t cellgate-kernel-{image.name}:"
+                  f"{image.digest[:12]} {a.out}`, then [kubernetes] image = that tag")
         elif a.action == "rm":
             store.remove(a.name)
             print(f"removed the name {a.name}; `cellgate image gc` deletes images no name points at")
