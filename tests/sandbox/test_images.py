@@ -78,7 +78,7 @@ plt.show()
     assert got == totals
 
     # Nothing of the host's Python: not the gate, not the host's interpreter or its venv.
-    host_paths = sorted({str(Path(p)) for p in (build.kernel_slice().parent.parent, *_host_prefixes())})
+    host_paths = sorted({str(Path(p)) for p in (store.kernel_slice().parent.parent, *_host_prefixes())})
     seen = json.loads(run(box, f"""
 import importlib.util, json, os, sys
 print(json.dumps({{"gate": importlib.util.find_spec("cellgate.gate") is not None,

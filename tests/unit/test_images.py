@@ -79,6 +79,7 @@ def fake_image(where: Path, name: str, packages: dict[str, str]) -> store.Image:
     folder = where / f"sha256-{digest}"
     (where / "staging").rename(folder)
     manifest = {"digest": digest, "spec": {"name": name}, "spec_key": "k-" + name, "python_version": "3.11",
+                "kernel_slice_sha256": store.kernel_digest(),
                 "python_packages": [{"name": n, "version": v, "sha256": "0" * 64} for n, v in packages.items()],
                 "size_bytes": size, "built_at": "2026-12-04T00:00:00Z"}
     (folder / "manifest.json").write_text(json.dumps(manifest))

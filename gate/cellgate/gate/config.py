@@ -68,6 +68,22 @@ class AuditConfig(StrictModel):
     dir: str = "cellgate-runs"
 
 
+class PackagesSettings(StrictModel):
+    """``[packages]``: what ``%pip install`` in a cell may bring in (``calls.packages``); empty: nothing."""
+
+    allow: list[str] = Field(default_factory=list, description="requirements naming each distribution a session may "
+                             "install, dependencies included, with the versions allowed: [\"humanize>=4,<5\"]")
+    max_mb: int = Field(default=256, ge=1, le=16384, description="the most one install may download (its wheels)")
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, entries: list[str]) -> list[str]:
+        from cellgate.gate.calls.packages import parse_allow
+
+        parse_allow(entries)
+        return entries
+
+
 class Settings(StrictModel):
     """The core's sections. ``load_settings`` returns an instance of ``settings_type()``, this class with the
     installed extensions' sections added; read those with ``section``."""
@@ -77,6 +93,7 @@ class Settings(StrictModel):
     audit: AuditConfig = AuditConfig()
     frontend: FrontendSettings = FrontendSettings()
     policy: Policy = Policy()
+    packages: PackagesSettings = PackagesSettings()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)
     # The file these settings were read from; None when none was found (then base_dir is where it was looked for).

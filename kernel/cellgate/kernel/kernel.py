@@ -30,7 +30,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, outlog, ptc, runtime, wire
+from . import files, outlog, pip_magic, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -166,6 +166,8 @@ class CellgateKernel(IPythonKernel):
         runtime.install(self.gate_client)
         self.files = files.FileService()  # the host's uploads and downloads (``files``)
         self._preload_tools()
+        if self.shell is not None:
+            pip_magic.register(self.shell)  # %pip install: through the gate, not the network
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
         limit = os.environ.get(wire.ENV_OUTPUT_LIMIT, "")

@@ -33,6 +33,8 @@ from cellgate.gate._json import canonical_json
 from cellgate.gate.audit.artifacts import ArtifactError, blob_value, open_confined, read_capped, run_name
 from cellgate.gate.audit.notebook_file import journal_of, load_notebook
 from cellgate.gate.calls.dispatch import CallFailed, CallRecord, CallScope, Dispatcher
+from cellgate.gate.calls.packages import TOOL_NAME as PIP_TOOL
+from cellgate.gate.calls.packages import PackageInstaller, PackageRefused
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
 from cellgate.gate.ops.replay_trust import check_image, live_tools, operator_settings
@@ -208,6 +210,7 @@ class ReplayGate(Dispatcher):
         self.live_calls = 0
         self.stopped_at: int | None = None  # the recorded cell replay stopped at, once a person is attached
         self._repeats: dict[tuple[str, str], int] = {}  # identical calls answered in this attached cell
+        self.packages: PackageInstaller | None = None  # the replay session's layer, for recorded pip_install calls
 
     def new_cell(self) -> None:
         super().new_cell()
@@ -230,6 +233,13 @@ class ReplayGate(Dispatcher):
         if not recorded.ok:
             error = recorded.error or {"kind": "failed", "message": "the recorded call failed"}
             raise CallFailed(error.get("kind", "failed"), error.get("message", ""))  # type: ignore[arg-type]
+        if request.tool == PIP_TOOL:  # the recorded wheels, again, by hash: what the cells import is the same
+            if self.packages is None:
+                raise CallFailed("failed", "this replay has no package layer for the recorded pip_install")
+            try:
+                await asyncio.to_thread(self.packages.reinstall, recorded.result)
+            except PackageRefused as exc:
+                raise CallFailed("failed", f"the recorded packages could not be put back: {exc}") from None
         return recorded.result, recorded.result, canonical_json(recorded.result)
 
     def _next(self, request: CallRequest, record: CallRecord) -> RecordedCall:
@@ -365,8 +375,9 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
     lines: list[str] = []
     failed_at, reproduced = None, None
     # The operator's settings are handed over whole: nothing is looked up again from a working directory.
+    installs = any(call.tool == PIP_TOOL for cell in cells for call in cell.calls)
     session = Session(settings=settings, tools=list(tools), notebook=output, registry=registry,
-                      gate_factory=factory, metadata=origin)
+                      gate_factory=factory, metadata=origin, package_layer=installs)
     await session.start()
     try:
         # Before any recorded cell runs: what the cells import is the image's.
@@ -375,6 +386,7 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
         check_image(recorded_image, session.sandbox_info.get("image"), allow_other_image, note)
         gate = session.provisioner.gate
         assert isinstance(gate, ReplayGate)  # made by `factory`
+        gate.packages = session.provisioner.started.packages
         limit = settings.sandbox.file_limit_mb << 20
         for index, recorded in enumerate(cells, start=1):
             for upload in recorded.uploads:  # the files it may read, as they were

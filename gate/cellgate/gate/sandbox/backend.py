@@ -80,14 +80,17 @@ class SandboxRequest:
     restricted: tuple[str, ...] | None = None  # restricted mode's extra allowed imports; None: off
     image: str | None = None  # the kernel's image, for a backend that runs one; None: the backend's configured one
     labels: Mapping[str, str] = field(default_factory=dict)  # more labels a backend may attach (tenant, ...)
+    # A host folder of Python packages the session installs (``calls.packages``), bound read-only at
+    # ``PACKAGES_DIR`` and on the kernel's path; only a backend whose ``binds_package_layer`` is true gets one.
+    package_layer: str | None = None
 
     @classmethod
     def from_settings(cls, box: SandboxSettings, tools_files: Mapping[str, str], key: str,
-                      session_id: str) -> SandboxRequest:
+                      session_id: str, package_layer: str | None = None) -> SandboxRequest:
         """The request ``[sandbox]`` makes (every launch of a session, restarts included)."""
         return cls(SandboxLimits.from_settings(box), tools_files, key, session_id,
                    reply_wait=max(3600.0, box.call_timeout * 4), start_timeout=box.start_timeout,
-                   restricted=tuple(box.allowed_imports) if box.restricted else None)
+                   restricted=tuple(box.allowed_imports) if box.restricted else None, package_layer=package_layer)
 
 
 SandboxState = Literal["running", "exited", "memory", "gone"]
@@ -168,6 +171,7 @@ class SandboxBackend(ABC):
     """
 
     name: ClassVar[str] = ""  # the name it is registered under in ``cellgate.sandbox_backends``
+    binds_package_layer: ClassVar[bool] = False  # binds ``SandboxRequest.package_layer`` (``%pip install``)
 
     def __init__(self, settings: BackendSettings) -> None:
         self.settings = settings

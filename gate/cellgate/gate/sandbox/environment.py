@@ -35,6 +35,7 @@ CHANNELS: Final = ("shell", "iopub", "stdin", "control", "hb")  # the Jupyter ch
 IPC_DIR: Final = "/run/cellgate/ipc"
 CONNECTION_FILE: Final = "/run/cellgate/conn/kernel.json"
 TOOLS_DIR: Final = "/opt/cellgate/tools"
+PACKAGES_DIR: Final = "/opt/cellgate/packages"  # the session's package layer (``%pip install``), read-only
 WORKSPACE: Final = "/workspace"
 SNAPSHOT_READY: Final = "snapshot-ready"
 OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
@@ -118,5 +119,6 @@ def request_environment(request: SandboxRequest, python_path: Sequence[str] = ()
     return kernel_environment(request.limits, request.reply_wait, request.restricted, python_path, host_files)
 
 
-__all__ = ["CHANNELS", "CONNECTION_FILE", "ENV_ALLOWLIST", "IPC_DIR", "OUTPUT_LOG", "SNAPSHOT_READY", "TOOLS_DIR", "WORKSPACE",
+__all__ = ["CHANNELS", "CONNECTION_FILE", "ENV_ALLOWLIST", "IPC_DIR", "OUTPUT_LOG", "PACKAGES_DIR", "SNAPSHOT_READY",
+           "TOOLS_DIR", "WORKSPACE",
            "kernel_environment", "request_environment"]

@@ -98,6 +98,8 @@ class LaunchOptions:
     gate_factory: GateFactory = Dispatcher
     recorder_factory: RecorderFactory = Recorder
     journal_factory: JournalFactory = Journal
+    # A package layer even when [packages] allows nothing: a replay puts a run's recorded wheels back into it.
+    package_layer: bool = False
     # Told by the relay, on its thread: a frontend's shutdown_request (its content), and the kernel's end (as
     # journalled: kernel-exited, kernel-died or kernel-killed). The kernelspec's launcher ends on them.
     on_shutdown: Callable[[dict[str, Any]], None] | None = None

@@ -33,6 +33,7 @@ from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import Dispatcher
+from cellgate.gate.calls.packages import TOOL_NAME, PackageInstaller
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
@@ -44,6 +45,8 @@ from cellgate.gate.session.launch import (
     session_metadata,
     settings_for,
 )
+from cellgate.gate.session.package_layer import package_installer
+from cellgate.gate.session.package_layer import remove as remove_package_layer
 from cellgate.gate.session.relay.relay import CellTimeouts, Relay
 from cellgate.gate.telemetry import load_telemetry
 
@@ -60,6 +63,7 @@ class Started:
     backend: SandboxBackend  # where the session's kernels run ([sandbox] backend)
     session_id: str
     tools_files: dict[str, str]  # the generated ``tools`` package
+    packages: PackageInstaller | None = None  # ``%pip install``'s layer and tool, when [packages] allows any
 
 
 class GVisorProvisioner(LocalProvisioner):
@@ -134,18 +138,23 @@ class GVisorProvisioner(LocalProvisioner):
         # Tools passed explicitly (--tools, Session(tools=...)) are the operator's
         # grant: allowed unless [policy] names them. Configured ones follow the policy.
         registry = options.registry or ToolRegistry.from_paths(settings.tool_paths(), granted=granted)
+        session_id, runtime = uuid.uuid4().hex, backend.runtime()
+        installer = package_installer(settings, backend, runtime, session_id, options.package_layer)
+        if installer is not None and TOOL_NAME not in registry.names():  # a replay's registry has it, recorded
+            registry.add(installer.tool())
         configured = [] if options.registry else configured_sources(settings)
         sources = open_all([*configured, *options.sources], registry)
         try:
             tools_files = stubgen.generate(registry.manifest(), settings.tools.call_style)
-            metadata = session_metadata(settings, registry, backend.runtime(), [*settings.tool_paths(), *granted],
-                                        uuid.uuid4().hex, options.metadata)
+            metadata = session_metadata(settings, registry, runtime, [*settings.tool_paths(), *granted],
+                                        session_id, options.metadata)
             recorder, service = self._start_relay(settings, registry, sources, metadata)
         except BaseException:
             close_sources(sources)
+            remove_package_layer(installer)
             raise
         return Started(settings, registry, tuple(sources), recorder, service, backend, metadata["session_id"],
-                       tools_files)
+                       tools_files, installer)
 
     def _start_relay(self, settings: Settings, registry: ToolRegistry, sources: list[ToolSource],
                      metadata: dict[str, Any]) -> tuple[Recorder, Relay]:
@@ -186,8 +195,9 @@ class GVisorProvisioner(LocalProvisioner):
         self._launching = True
         # The kernel's own key, new for each sandbox: the frontends' key never enters the sandbox,
         # and the relay re-signs every message between the two (relaywire).
+        layer = started.packages.layer if started.packages is not None else None
         request = SandboxRequest.from_settings(started.settings.sandbox, started.tools_files, secrets.token_hex(32),
-                                               started.session_id)
+                                               started.session_id, package_layer=str(layer) if layer else None)
         handle = self.handle = await self._start_sandbox(started.backend, request)
         started.service.attach(handle)
         self.process = handle.process
@@ -332,6 +342,7 @@ class GVisorProvisioner(LocalProvisioner):
         finally:
             started.recorder.close()
             close_sources(list(started.sources))
+            remove_package_layer(started.packages)
 
     def _end_at_exit(self) -> None:
         if self._started is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import re
+import shlex
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,13 @@ from typing import Any, Literal
 from jupyter_client.manager import AsyncKernelManager
 from typing_extensions import Unpack
 
-from cellgate.gate._errors import KernelDied, SessionError
+from cellgate.gate._errors import ConfigError, KernelDied, SessionError
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
+from cellgate.gate.calls.packages import REQUIREMENT
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
@@ -153,6 +155,7 @@ class Session:
         recorder_factory: RecorderFactory = Recorder,
         journal_factory: JournalFactory = Journal,
         traceparent: str | None = None,
+        package_layer: bool = False,
         **sandbox: Unpack[SandboxOverrides],
     ) -> None:
         if traceparent is not None:
@@ -166,7 +169,7 @@ class Session:
             sandbox=MappingProxyType({"isolation": isolation, **sandbox}),
             metadata=MappingProxyType(dict(metadata or {})),
             registry=registry, sources=tuple(sources), approver=approver, gate_factory=gate_factory,
-            recorder_factory=recorder_factory, journal_factory=journal_factory,
+            recorder_factory=recorder_factory, journal_factory=journal_factory, package_layer=package_layer,
         )
         self._cwd = str(cwd) if cwd else None
         self.km: AsyncKernelManager | None = None
@@ -314,6 +317,17 @@ class Session:
         limit = commands.checked_timeout(timeout, self.provisioner.started.settings.sandbox.cell_timeout)
         record = await self._execute(commands.command_code(args, limit), None, None, None, args)
         return commands.command_result(args, record)
+
+    async def install(self, *requirements: str) -> CellResult:
+        """``%pip install REQUIREMENT ...`` as one cell: the gated call ``pip_install`` (``calls.packages``: the
+        policy decides, the host fetches allowed wheels only); the cell's result says what was installed."""
+        for requirement in requirements:
+            if not REQUIREMENT.match(requirement):
+                raise ConfigError(f"{requirement!r} is not a requirement of the form NAME[==VERSION]; no URL, path "
+                                  "or pip option")
+        if not requirements:
+            raise ConfigError("Session.install needs at least one requirement, e.g. install('humanize==4.9.0')")
+        return await self.execute("%pip install " + " ".join(shlex.quote(r) for r in requirements))
 
     async def upload(self, path: str, data: bytes) -> FileRecord:
         """Write ``data`` to ``path`` in the sandbox (relative: to its working folder; only the workspace and its

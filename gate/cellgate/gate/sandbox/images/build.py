@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import cellgate.kernel
 from cellgate.gate._errors import CellgateError, SandboxUnavailable
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow, write_atomically
 from cellgate.gate.sandbox.images import store
@@ -81,23 +80,12 @@ def debian_suite() -> str:
     return found.group(1)
 
 
-def kernel_slice() -> Path:
-    return Path(cellgate.kernel.__file__).resolve().parent
-
-
-def _kernel_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(kernel_slice().rglob("*.py")):
-        digest.update(str(path.relative_to(kernel_slice())).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def spec_key(spec: ImageSpec) -> str:
     """What decides an image's content: the spec, the mirror and release, the kernel slice, the architecture."""
     sources = {path: Path(path).read_text() for path in apt_sources()}
     return sha256_hex(canonical_json({"format": FORMAT, "spec": spec.model_dump(), "debian": spec.debian_packages(),
                                       "requirements": spec.requirements(), "suite": debian_suite(),
-                                      "sources": sources, "kernel": _kernel_digest(), "arch": platform.machine()}))
+                                      "sources": sources, "kernel": store.kernel_digest(), "arch": platform.machine()}))
 
 
 def build(spec: ImageSpec, *, log: Callable[[str], None] = lambda line: None, force: bool = False) -> tuple[store.Image, bool]:
@@ -123,14 +111,14 @@ def build(spec: ImageSpec, *, log: Callable[[str], None] = lambda line: None, fo
         log(f"python {python_version}: resolving {len(spec.requirements())} requirements, wheels only")
         locked = _lock_and_install(spec, python_version, _glibc(rootfs), work, site)
         log(f"python: {len(locked)} packages installed by hash; the kernel slice (cellgate.kernel)")
-        shutil.copytree(kernel_slice(), site / "cellgate" / "kernel", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(store.kernel_slice(), site / "cellgate" / "kernel", ignore=shutil.ignore_patterns("__pycache__"))
         _seal(rootfs)
         digest, size = store.tree_digest(rootfs)
         manifest: dict[str, Any] = {
             "format": FORMAT, "digest": digest, "spec": spec.model_dump(), "spec_key": key,
             "python_version": python_version, "python_packages": locked,
             "debian": {"suite": debian_suite(), "packages": _debian_packages(rootfs)},
-            "kernel_slice_sha256": _kernel_digest(), "arch": platform.machine(),
+            "kernel_slice_sha256": store.kernel_digest(), "arch": platform.machine(),
             "size_bytes": size, "built_at": utcnow(), "build_seconds": round(time.monotonic() - started, 1),
         }
         write_atomically(work / store.MANIFEST, canonical_json(manifest))

@@ -14,6 +14,7 @@ also finds root's images (read-only to them). ``CELLGATE_IMAGE_STORE`` puts the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import cellgate.kernel
 from cellgate.gate._errors import ConfigError, SandboxUnavailable
 from cellgate.gate._json import write_atomically
 
@@ -35,6 +37,20 @@ SYSTEM_STORE: Final = Path("/var/lib/cellgate/images")
 DIGEST_PREFIX: Final = "sha256-"
 MANIFEST: Final = "manifest.json"
 MANIFEST_MAX_BYTES: Final = 8 << 20  # a manifest is host state, still read within a bound
+
+
+def kernel_slice() -> Path:
+    """This cellgate's kernel slice (``cellgate.kernel``), which every image holds a copy of."""
+    return Path(cellgate.kernel.__file__).resolve().parent
+
+
+@functools.cache
+def kernel_digest() -> str:
+    """The sha256 of the kernel slice's sources: an image built from another slice is stale."""
+    digest = hashlib.sha256()
+    for path in sorted(kernel_slice().rglob("*.py")):
+        digest.update(str(path.relative_to(kernel_slice())).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def own_store() -> Path:
@@ -133,8 +149,13 @@ def find(name: str) -> Image | None:
 
 
 def resolve(name: str) -> Image:
-    """The image ``name`` means; SandboxUnavailable saying how to build it if there is none."""
+    """The image ``name`` means; SandboxUnavailable saying how to build it if there is none, or if it holds
+    another kernel slice than this cellgate's (the kernel and the gate speak one protocol, of one version)."""
     image = find(name)
+    if image is not None and image.manifest.get("kernel_slice_sha256") != kernel_digest():
+        raise SandboxUnavailable(
+            f"[sandbox] image = {name!r} (sha256:{image.digest[:16]}…) holds another version of cellgate's kernel "
+            f"than this cellgate: run `cellgate image build {image.name}` to build it for this version")
     if image is None:
         looked = ", ".join(str(store) for store in stores())
         raise SandboxUnavailable(

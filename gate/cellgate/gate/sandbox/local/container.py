@@ -69,6 +69,7 @@ class SandboxConfig:
     require_hard_limits: bool = False  # refuse to start where memory binds only per process (``enforcement``)
     cgroup_parent: str | None = None  # rootless: the delegated cgroup each sandbox gets a child of (``cgroups``)
     image: Image | None = None  # gVisor: the built image that is the sandbox's whole /; None: the host's (``host``)
+    package_layer: str | None = None  # the session's installed packages (``%pip install``), bound read-only
 
 
 class Sandbox:
@@ -170,10 +171,12 @@ class Sandbox:
                 bundle=str(self.path("bundle")), etc=str(self.path("etc")), ipc=str(self.path("ipc")),
                 conn=str(self.path("conn")), tools=str(self.path("tools")), python_dirs=() if image else python_dirs(),
                 workspace=self.config.workspace, image_rootfs=str(image.rootfs) if image else None,
+                packages=self.config.package_layer,
             )
             # An image has the kernel slice on its interpreter's own path; the host's is bound where it is.
-            env = oci.environment([] if image else [kernel_python_path()], self.config.limits, self.config.reply_wait,
-                                  self.config.restricted)
+            python_path = [*([] if image else [kernel_python_path()]),
+                           *([oci.PACKAGES_DIR] if self.config.package_layer else [])]
+            env = oci.environment(python_path, self.config.limits, self.config.reply_wait, self.config.restricted)
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id, rootless=self.rootless)
             self._spec_text = json.dumps(spec, indent=1)
             self.path("bundle", "config.json").write_text(self._spec_text)
@@ -245,7 +248,8 @@ class Sandbox:
         else:
             env = dict(oci.parse_env(oci.environment([kernel_python_path()], self.config.limits, self.config.reply_wait,
                                   self.config.restricted)))
-            env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path()])
+            env["PYTHONPATH"] = os.pathsep.join([str(self.path("tools")), kernel_python_path(),
+                                                 *([self.config.package_layer] if self.config.package_layer else [])])
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = env["XDG_CACHE_HOME"] = str(self.path("log"))
             env[wire.ENV_OUTPUT_LOG] = str(self.path("ipc", oci.OUTPUT_LOG))

@@ -54,6 +54,7 @@ class LocalBackend(SandboxBackend):
     """Kernels in gVisor (or, for development, ``isolation = "none"``, not sandboxed) on this host."""
 
     name = "local"
+    binds_package_layer = True
 
     def __init__(self, settings: BackendSettings) -> None:
         super().__init__(settings)
@@ -79,6 +80,7 @@ class LocalBackend(SandboxBackend):
             snapshot=box.snapshot and box.isolation == "gvisor", start_timeout=request.start_timeout,
             require_hard_limits=box.require_hard_limits, cgroup_parent=box.cgroup_parent,
             image=self._image(request.image or box.image) if box.isolation == "gvisor" else None,
+            package_layer=request.package_layer,
         )
 
     @staticmethod

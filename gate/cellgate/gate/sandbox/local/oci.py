@@ -16,6 +16,7 @@ from cellgate.gate.sandbox.environment import CONNECTION_FILE as CONNECTION_FILE
 from cellgate.gate.sandbox.environment import ENV_ALLOWLIST as ENV_ALLOWLIST
 from cellgate.gate.sandbox.environment import IPC_DIR as IPC_DIR
 from cellgate.gate.sandbox.environment import OUTPUT_LOG as OUTPUT_LOG
+from cellgate.gate.sandbox.environment import PACKAGES_DIR as PACKAGES_DIR
 from cellgate.gate.sandbox.environment import SNAPSHOT_READY as SNAPSHOT_READY
 from cellgate.gate.sandbox.environment import TOOLS_DIR as TOOLS_DIR
 from cellgate.gate.sandbox.environment import WORKSPACE as WORKSPACE
@@ -42,6 +43,7 @@ class Layout:
     python_dirs: tuple[str, ...]  # interpreter prefixes and package dirs (read-only)
     workspace: str | None = None  # a host folder bound read-write, or None for a tmpfs
     image_rootfs: str | None = None  # a built image's root (``sandbox.images``): the whole /; None: the host's /usr
+    packages: str | None = None  # the session's package layer (``%pip install``), bound read-only; None: none
 
 
     @property
@@ -93,6 +95,8 @@ def mounts(layout: Layout, limits: Limits, rootless: bool = False) -> list[dict[
         _bind(layout.tools, TOOLS_DIR),
         _bind(layout.ipc, IPC_DIR, writable=True),
     ]
+    if layout.packages:
+        result.append(_bind(layout.packages, PACKAGES_DIR))
     if layout.workspace:
         result.append(_bind(layout.workspace, WORKSPACE, writable=True))
     else:

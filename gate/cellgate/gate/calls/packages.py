@@ -1,0 +1,200 @@
+"""Packages through the gate: ``%pip install`` in a cell is the gated call ``pip_install``.
+
+The sandbox has no network and stays without one. A cell's ``%pip install NAME[==VERSION] ...`` calls the tool
+``pip_install``, which the policy decides like any other (``[policy.tools.pip_install]``: allow, approve or deny;
+unnamed, it falls to ``[policy] default``). Allowed, the host:
+
+1. resolves the requirements with pip for the sandbox's Python and platform, from the index this host's pip is
+   configured for, **wheels only** (``--only-binary=:all:``: an sdist is never built, building runs its code on
+   the host), within ``[packages] max_mb``;
+2. refuses the whole install, installing nothing, if any resolved distribution (a dependency too) is not allowed
+   by ``[packages] allow``;
+3. keeps each wheel by its sha256 in the wheel cache and unpacks it (``pip install --no-deps --no-index``: no code
+   runs) into the session's package layer, a host folder bound read-only into the sandbox and on its path.
+
+The call's result names every installed distribution (name, version, sha256): the record has it, and a replay
+installs exactly those wheels again from the cache, by hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from cellgate.gate._errors import ConfigError
+from cellgate.gate.calls.registry import Tool
+
+TOOL_NAME: Final = "pip_install"
+# A requirement of the form name[extras] and version clauses: never a URL, a path or a pip option.
+REQUIREMENT: Final = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?\s*([<>=!~]=?[^;@\s,]+(,\s*[<>=!~]=?[^;@\s,]+)*)?$")
+PIP_TIMEOUT: Final = 600.0
+
+
+class PackageRefused(Exception):
+    """An install the host refuses; its message goes back to the cell (and into the record)."""
+
+
+def wheel_cache() -> Path:
+    """Where wheels are kept by sha256, for replays: beside the image store."""
+    configured = os.environ.get("CELLGATE_WHEEL_CACHE")
+    if configured:
+        return Path(configured)
+    if os.geteuid() == 0:
+        return Path("/var/lib/cellgate/wheels")
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "cellgate" / "wheels"
+
+
+def parse_allow(allow: Sequence[str]) -> dict[str, Requirement]:
+    """``[packages] allow`` as requirements by canonical name; ConfigError naming a malformed entry."""
+    allowed: dict[str, Requirement] = {}
+    for entry in allow:
+        try:
+            requirement = Requirement(entry)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"[packages] allow: {entry!r} is not a requirement (name, then versions: "
+                              f"'humanize>=4,<5'): {exc}") from None
+        if requirement.url or requirement.marker:
+            raise ConfigError(f"[packages] allow: {entry!r}: a name and versions only, no URL or marker")
+        allowed[canonicalize_name(requirement.name)] = requirement
+    return allowed
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class PackageInstaller:
+    """One session's package layer and the ``pip_install`` tool that fills it."""
+
+    def __init__(self, layer: Path, target: Sequence[str], allow: Sequence[str], max_bytes: int,
+                 cache: Path | None = None) -> None:
+        self.layer = layer  # bound read-only into the sandbox (the backend's ``package_layer``)
+        self.target = list(target)  # pip's options for the sandbox's interpreter and platform ([] : this one's)
+        self.allowed = parse_allow(allow)
+        self.max_bytes = max_bytes
+        self.cache = cache or wheel_cache()
+        self.installed: list[dict[str, str]] = []
+
+    def tool(self) -> Tool:
+        def pip_install(requirements: list[str]) -> dict[str, Any]:
+            """Install Python packages (wheels only, each allowed by [packages] allow) into the sandbox.
+
+            Args:
+                requirements: requirements such as "humanize" or "humanize==4.9.0"
+            """
+            return self.install(requirements)
+
+        return Tool.from_function(pip_install, name=TOOL_NAME, source="cellgate: packages through the gate")
+
+    # -- one install
+    def install(self, requirements: Sequence[str]) -> dict[str, Any]:
+        if not requirements:
+            raise PackageRefused("name at least one package: %pip install NAME[==VERSION] ...")
+        for requirement in requirements:
+            if not isinstance(requirement, str) or not REQUIREMENT.match(requirement) or len(requirement) > 200:
+                raise PackageRefused(f"{str(requirement)[:200]!r} is not a requirement of the form NAME[==VERSION] "
+                                     "(no URL, path or pip option: packages come from the host's index only)")
+            name = canonicalize_name(Requirement(requirement).name)
+            if name not in self.allowed:
+                raise PackageRefused(self._not_allowed(name))
+        with tempfile.TemporaryDirectory(prefix="cellgate-pip-") as scratch:
+            wheels = self._download(list(requirements), Path(scratch))
+            found = [self._check(wheel) for wheel in wheels]
+            self.cache.mkdir(parents=True, exist_ok=True)
+            kept = []
+            for wheel, entry in zip(wheels, found, strict=True):
+                cached = self.cache / entry["sha256"] / entry["file"]
+                if not cached.exists():
+                    cached.parent.mkdir(exist_ok=True)
+                    shutil.copyfile(wheel, cached)
+                kept.append(cached)
+            self._unpack(kept)
+        self.installed += found
+        return {"installed": found}
+
+    def reinstall(self, result: Any) -> list[dict[str, str]]:
+        """A recorded install's wheels again, from the cache by sha256 (a replay); PackageRefused if one is gone."""
+        entries = result.get("installed") if isinstance(result, dict) else None
+        if not isinstance(entries, list):
+            raise PackageRefused("the recorded pip_install result names no installed wheels")
+        wheels = []
+        for entry in entries:
+            digest, file = str(entry.get("sha256", "")), str(entry.get("file", ""))
+            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not re.fullmatch(r"[A-Za-z0-9._+-]+\.whl", file):
+                raise PackageRefused(f"the recorded wheel {file[:100]!r} (sha256 {digest[:64]!r}) is not one this "
+                                     "host could have kept")
+            cached = self.cache / digest / file
+            if not cached.is_file() or sha256_of(cached) != digest:
+                raise PackageRefused(f"the wheel {file} (sha256 {digest}) is not in the wheel cache {self.cache}: "
+                                     "replay it on the host that recorded the run")
+            wheels.append(cached)
+        self._unpack(wheels)
+        return [dict(entry) for entry in entries]
+
+    # -- steps
+    def _not_allowed(self, name: str) -> str:
+        allowed = ", ".join(sorted(str(r) for r in self.allowed.values())) or "nothing"
+        return (f"{name} is not allowed by [packages] allow (allowed: {allowed}); add it there to let sessions "
+                "install it")
+
+    def _pip(self, step: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *argv],
+                                  capture_output=True, text=True, timeout=PIP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise PackageRefused(f"pip {step} did not finish within {PIP_TIMEOUT:g} s") from None
+
+    def _download(self, requirements: list[str], folder: Path) -> list[Path]:
+        done = self._pip("download", ["download", "--quiet", "--dest", str(folder), "--only-binary=:all:",
+                                      *self.target, *requirements])
+        if done.returncode != 0:
+            said = "\n".join(line for line in done.stderr.splitlines() if "is ignored:" not in line).strip()
+            if "No matching distribution" in said or "Could not find a version" in said:
+                raise PackageRefused(f"no wheel of {' '.join(requirements)} for the sandbox's Python and platform "
+                                     f"(a package with only a source distribution is never built: building runs its "
+                                     f"code on the host): {said[-500:]}")
+            raise PackageRefused(f"pip could not resolve {' '.join(requirements)}: {said[-800:]}")
+        files = sorted(folder.iterdir())
+        if any(not f.name.endswith(".whl") for f in files):
+            raise PackageRefused("pip fetched something other than a wheel: nothing was installed")
+        total = sum(f.stat().st_size for f in files)
+        if total > self.max_bytes:
+            raise PackageRefused(f"the wheels come to {total >> 20} MB, over [packages] max_mb = "
+                                 f"{self.max_bytes >> 20}: nothing was installed")
+        return files
+
+    def _check(self, wheel: Path) -> dict[str, str]:
+        """The wheel's name, version and sha256, if ``[packages] allow`` admits it (dependencies too)."""
+        name, version = wheel.name.split("-")[:2]
+        canonical = canonicalize_name(name)
+        allowed = self.allowed.get(canonical)
+        if allowed is None:
+            raise PackageRefused(self._not_allowed(canonical) + " (it is a dependency of what was asked for); "
+                                 "nothing was installed")
+        if not allowed.specifier.contains(version, prereleases=True):
+            raise PackageRefused(f"{canonical} {version} is outside [packages] allow's {allowed}: nothing was installed")
+        return {"name": canonical, "version": version, "sha256": sha256_of(wheel), "file": wheel.name}
+
+    def _unpack(self, wheels: list[Path]) -> None:
+        done = self._pip("install", ["install", "--quiet", "--no-index", "--no-deps", "--only-binary=:all:",
+                                     "--no-warn-script-location", "--upgrade", "--target", str(self.layer),
+                                     *self.target, *map(str, wheels)])
+        if done.returncode != 0:
+            raise PackageRefused(f"pip could not unpack the wheels: {done.stderr.strip()[-800:]}")
