@@ -97,6 +97,9 @@ def _image_check(fix: bool) -> int:
 
     name = SandboxSettings().image
     image = store.find(name)
+    if image is not None and image.manifest.get("kernel_slice_sha256") != store.kernel_digest():
+        console.print(f"[yellow]note[/]  image: {escape(name)} holds another version of cellgate's kernel")
+        image = None  # built for another cellgate: rebuilt by --fix, a failure otherwise
     if image is None and fix and name in PROFILES:
         try:
             image, _ = build.build(PROFILES[name], log=lambda line: console.print(f"      {escape(line)}"))
