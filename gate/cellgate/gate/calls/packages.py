@@ -18,7 +18,6 @@ installs exactly those wheels again from the cache, by hash.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from packaging.utils import canonicalize_name
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
+from cellgate.gate.sandbox.images.store import file_sha256
 
 TOOL_NAME: Final = "pip_install"
 # A requirement of the form name[extras] and version clauses: never a URL, a path or a pip option.
@@ -70,14 +70,6 @@ def parse_allow(allow: Sequence[str]) -> dict[str, Requirement]:
             raise ConfigError(f"[packages] allow: {entry!r}: a name and versions only, no URL or marker")
         allowed[canonicalize_name(requirement.name)] = requirement
     return allowed
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class PackageInstaller:
@@ -141,7 +133,7 @@ class PackageInstaller:
                 raise PackageRefused(f"the recorded wheel {file[:100]!r} (sha256 {digest[:64]!r}) is not one this "
                                      "host could have kept")
             cached = self.cache / digest / file
-            if not cached.is_file() or sha256_of(cached) != digest:
+            if not cached.is_file() or file_sha256(cached) != digest:
                 raise PackageRefused(f"the wheel {file} (sha256 {digest}) is not in the wheel cache {self.cache}: "
                                      "replay it on the host that recorded the run")
             wheels.append(cached)
@@ -190,7 +182,7 @@ class PackageInstaller:
                                  "nothing was installed")
         if not allowed.specifier.contains(version, prereleases=True):
             raise PackageRefused(f"{canonical} {version} is outside [packages] allow's {allowed}: nothing was installed")
-        return {"name": canonical, "version": version, "sha256": sha256_of(wheel), "file": wheel.name}
+        return {"name": canonical, "version": version, "sha256": file_sha256(wheel), "file": wheel.name}
 
     def _unpack(self, wheels: list[Path]) -> None:
         done = self._pip("install", ["install", "--quiet", "--no-index", "--no-deps", "--only-binary=:all:",

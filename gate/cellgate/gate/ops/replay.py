@@ -383,7 +383,9 @@ async def replay(path: Path, live: set[str], output: Path, config: str | None = 
         # Before any recorded cell runs: what the cells import is the image's.
         recorded_sandbox = meta.get("sandbox")
         recorded_image = recorded_sandbox.get("image") if isinstance(recorded_sandbox, dict) else None
-        check_image(recorded_image, session.sandbox_info.get("image"), allow_other_image, note)
+        # Unsandboxed (--unsafe-no-sandbox) there is no image to match: what differs is said, not refused.
+        check_image(recorded_image, session.sandbox_info.get("image"),
+                    allow_other_image or settings.sandbox.isolation != "gvisor", note)
         gate = session.provisioner.gate
         assert isinstance(gate, ReplayGate)  # made by `factory`
         gate.packages = session.provisioner.started.packages

@@ -56,6 +56,7 @@ class SandboxOverrides(TypedDict, total=False):
     """``[sandbox]`` settings a caller may override per session (None: keep the configured value)."""
 
     backend: str | None
+    image: str | None
     runsc: str | None
     platform: Literal["systrap", "ptrace", "kvm"] | None
     memory_mb: int | None

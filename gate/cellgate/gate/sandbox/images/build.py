@@ -15,7 +15,6 @@ same spec finds its image and does nothing.
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import platform
 import re
@@ -205,14 +204,6 @@ def target_options(python_version: str, glibc: tuple[int, int]) -> list[str]:
             *(f"--platform={tag}" for tag in _platforms(glibc))]
 
 
-def wheel_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _lock_and_install(spec: ImageSpec, python_version: str, glibc: tuple[int, int], work: Path,
                       site: Path) -> list[dict[str, str]]:
     wheels = work / "wheels"
@@ -223,7 +214,7 @@ def _lock_and_install(spec: ImageSpec, python_version: str, glibc: tuple[int, in
     locked = []
     for wheel in sorted(wheels.glob("*.whl")):
         name, version = wheel.name.split("-")[:2]
-        locked.append({"name": name.lower().replace("_", "-"), "version": version, "sha256": wheel_sha256(wheel),
+        locked.append({"name": name.lower().replace("_", "-"), "version": version, "sha256": store.file_sha256(wheel),
                        "file": wheel.name})
     if len(locked) != len(list(wheels.iterdir())):
         raise ImageBuildError(f"pip left something other than wheels in {wheels}: only wheels go into an image")

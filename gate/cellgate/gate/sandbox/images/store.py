@@ -233,6 +233,15 @@ def delete_tree(folder: Path) -> None:
     shutil.rmtree(folder)
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content, read in chunks (an image's files, a wheel)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def tree_digest(root: Path) -> tuple[str, int]:
     """The sha256 of a tree (each path in order, its type, permission bits, content or link target) and its size."""
     outer = hashlib.sha256()
@@ -250,12 +259,8 @@ def tree_digest(root: Path) -> tuple[str, int]:
             elif stat.S_ISDIR(info.st_mode):
                 line = f"d {entry} {mode:o}"
             elif stat.S_ISREG(info.st_mode):
-                inner = hashlib.sha256()
-                with open(path, "rb") as handle:
-                    while chunk := handle.read(1 << 20):
-                        inner.update(chunk)
                 size += info.st_size
-                line = f"f {entry} {mode:o} {inner.hexdigest()}"
+                line = f"f {entry} {mode:o} {file_sha256(Path(path))}"
             else:
                 line = f"o {entry} {stat.S_IFMT(info.st_mode):o}"  # a device or fifo: named, never read
             outer.update(line.encode("utf-8", "surrogateescape") + b"\n")
