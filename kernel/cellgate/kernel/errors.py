@@ -97,6 +97,13 @@ class ToolUnavailable(ToolError):
     kind: ErrorKind = "unavailable"
 
 
+class ToolBusy(ToolError):
+    """The gate was busy: no slot of the tool freed within its queue bound, and the call was not run. Retrying
+    later is safe."""
+
+    kind: ErrorKind = "busy"
+
+
 class ReplayDivergence(ToolError):
     kind: ErrorKind = "divergence"
 
@@ -109,6 +116,7 @@ _BY_KIND: dict[str, type[ToolError]] = {
     "budget": ToolBudgetExceeded,
     "rate_limited": ToolRateLimited,
     "timeout": ToolTimeout,
+    "busy": ToolBusy,
     "no_cell": ToolUnavailable,
     "unavailable": ToolUnavailable,
     "divergence": ReplayDivergence,
@@ -150,6 +158,7 @@ def error_for(kind: str, tool: str, message: str) -> ToolError:
 
 __all__ = [
     "ToolError",
+    "ToolBusy",
     "ToolNotFound",
     "ToolValidationError",
     "ToolDenied",

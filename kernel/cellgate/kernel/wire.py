@@ -39,6 +39,7 @@ ErrorKind = Literal[
     "rate_limited",  # a rate limit refused the call
     "failed",  # the tool ran and raised
     "timeout",  # the tool did not answer within its deadline
+    "busy",  # no slot of the tool freed within the gate's queue bound: the call was not run (backpressure)
     "no_cell",  # no cell of this session is running: tool authority is scoped to a cell
     "unavailable",  # the gate cannot serve calls (e.g. its journal cannot be written)
     "divergence",  # replay: the program made a call the recording does not have

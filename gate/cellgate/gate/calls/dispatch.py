@@ -32,6 +32,7 @@ import functools
 import inspect
 import itertools
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -305,8 +306,12 @@ class Dispatcher:
         if tool.accepts_idempotency_key:
             args["idempotency_key"] = idempotency_key
         limit = self._limits.setdefault(tool.name, asyncio.Semaphore(self._concurrency(tool.name)))
-        async with limit:
+        await self._wait_for_slot(tool, limit.acquire(), f"all {self._concurrency(tool.name)} of its slots "
+                                  f"([policy.tools.{tool.name}] max_concurrency)")
+        try:
             result = await self._run(tool, args, Running(record.seq, record.id, tool.name, record.started))
+        finally:
+            limit.release()
         found: list[str] = []
         plain, shown = split_secrets(result, found, lambda value: self.secrets.digest(value, f"{tool.name} result"))
         secrets.extend(found)
@@ -325,11 +330,26 @@ class Dispatcher:
         entry = self.policy.for_tool(tool)
         return entry.max_concurrency if entry else 8
 
+    async def _wait_for_slot(self, tool: Tool, taken: Awaitable[Any], which: str) -> None:
+        """Backpressure, not a timeout: a call waits for a free slot up to the queue bound, then fails as busy, not
+        run; its own deadline starts only when it runs."""
+        entry = self.policy.for_tool(tool.name)
+        bound = entry.max_queue_wait if entry and entry.max_queue_wait else self.policy.max_queue_wait
+        try:
+            async with asyncio.timeout(bound):
+                await taken
+        except TimeoutError:
+            raise CallFailed("busy", f"tool {tool.name!r} was not run: {which} stayed taken for {bound:g} s "
+                                     "([policy] max_queue_wait); the gate is busy, try again later") from None
+
     async def _run(self, tool: Tool, args: dict[str, Any], call: Running) -> Any:
+        blocking = not inspect.iscoroutinefunction(tool.function)
+        if blocking:
+            await self._wait_for_slot(tool, self._threads.reserve(), "the session's tool threads")
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation (gh-86296).
             async with asyncio.timeout(self.call_timeout):
-                if inspect.iscoroutinefunction(tool.function):
+                if not blocking:
                     return await tool.function(**args)
                 return await self._threads.run(functools.partial(tool.function, **args), call)
         except TimeoutError:

@@ -68,6 +68,8 @@ class ToolPolicy(StrictModel):
     max_calls_per_session: int | None = Field(default=None, ge=0)
     max_calls_per_cell: int | None = Field(default=None, ge=0)
     max_concurrency: int = Field(default=8, ge=1, le=256)
+    max_queue_wait: float | None = Field(default=None, gt=0, description="seconds a call may wait for one of the "
+                                         "tool's max_concurrency slots (default: [policy] max_queue_wait)")
     expose: Expose = "code"
     secrets: list[str] = Field(default_factory=list)
 
@@ -87,6 +89,9 @@ class Policy(StrictModel):
     max_result_bytes: int = Field(default=16 << 20, ge=1)
     approver: str = "deny"
     approval_timeout: float = Field(default=300.0, gt=0)
+    max_queue_wait: float = Field(default=300.0, gt=0, description="seconds a call may wait for a free slot (its "
+                                  "tool's max_concurrency, the gate's tool threads) before it fails as busy, not run; "
+                                  "a call's own deadline ([sandbox] call_timeout) starts when it runs")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
 
     @model_validator(mode="after")

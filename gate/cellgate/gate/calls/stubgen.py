@@ -270,7 +270,7 @@ def generate(manifest: list[dict[str, Any]], call_style: str = "module") -> dict
         '``tools.aio`` holds async twins for ``asyncio.gather``.\n"""\n',
         header,
         "from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)\n"
-        "    ReplayDivergence, ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,\n"
+        "    ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,\n"
         "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"

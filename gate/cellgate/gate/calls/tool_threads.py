@@ -6,7 +6,11 @@ on a network call kept ``cellgate exec`` and every ``Session`` script alive unti
 threads are daemons: the process exits when the session ends, and the session journals the calls whose
 threads were still running (``abandoned``).
 
-At most ``max_running`` run at once, those past their deadline included (a stuck tool keeps its place).
+At most ``max_running`` of a session run at once, those past their deadline included (a stuck tool keeps its
+place), and at most ``PROCESS_RUNNING`` of all the sessions on one event loop (one gate process serving many, as
+``cellgate mcp serve`` and a ``Pool`` do): a hundred threads building results at once would share the
+interpreter's lock a hundred ways, so that each call's own run, which its deadline measures, grew with the load.
+A call waits for both slots before its deadline starts (``Dispatcher``: that wait has its own bound).
 """
 
 from __future__ import annotations
@@ -14,12 +18,25 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Running", "ToolThreads"]
+__all__ = ["PROCESS_RUNNING", "Running", "ToolThreads"]
+
+PROCESS_RUNNING = max(8, 4 * (os.cpu_count() or 1))  # tool threads running at once, all sessions of one loop
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _loop_slots() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _shared.get(loop)
+    if slots is None:
+        slots = _shared[loop] = asyncio.Semaphore(PROCESS_RUNNING)
+    return slots
 
 
 @dataclass(frozen=True)
@@ -41,10 +58,25 @@ class ToolThreads:
         self._keys = itertools.count()
         self._lock = threading.Lock()
 
-    async def run(self, job: Callable[[], Any], call: Running) -> Any:
-        """Run ``job`` (in the caller's context) on its own thread; cancelling the wait leaves the thread running."""
-        loop = asyncio.get_running_loop()
+    async def reserve(self) -> None:
+        """Wait for a free slot of the session and of the loop, which the next ``run`` takes (apart, so that the
+        wait is bounded on its own)."""
         await self._slots.acquire()
+        try:
+            await _loop_slots().acquire()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _release(self, loop_slots: asyncio.Semaphore) -> None:
+        self._slots.release()
+        loop_slots.release()
+
+    async def run(self, job: Callable[[], Any], call: Running) -> Any:
+        """Run ``job`` (in the caller's context) on its own thread, in the slot ``reserve`` took; cancelling the
+        wait leaves the thread running (its slot is freed when it ends)."""
+        loop = asyncio.get_running_loop()
+        loop_slots = _loop_slots()
         future: asyncio.Future[Any] = loop.create_future()
         key = next(self._keys)
         context = contextvars.copy_context()  # as asyncio.to_thread carries it
@@ -58,7 +90,7 @@ class ToolThreads:
                 with self._lock:
                     self._running.pop(key, None)
             try:
-                loop.call_soon_threadsafe(self._settle, future, outcome)
+                loop.call_soon_threadsafe(self._settle, future, outcome, loop_slots)
             except RuntimeError:  # the session's loop is gone: nobody waits for this result
                 pass
 
@@ -69,12 +101,12 @@ class ToolThreads:
         except BaseException:
             with self._lock:
                 self._running.pop(key, None)
-            self._slots.release()
+            self._release(loop_slots)
             raise
         return await future
 
-    def _settle(self, future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
-        self._slots.release()
+    def _settle(self, future: asyncio.Future[Any], outcome: tuple[bool, Any], loop_slots: asyncio.Semaphore) -> None:
+        self._release(loop_slots)
         if future.done():  # the call gave up waiting (its deadline passed, or its cell ended)
             return
         ok, value = outcome

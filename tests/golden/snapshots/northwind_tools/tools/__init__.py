@@ -9,7 +9,7 @@ import typing as _t
 
 from cellgate.kernel import runtime as _runtime
 from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)
-    ReplayDivergence, ToolBudgetExceeded, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,
+    ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,
     ToolTimeout, ToolUnavailable, ToolValidationError,
 )
 
