@@ -25,7 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import data_path
 import data_stack
+import load
 from jupyter_client import AsyncKernelManager
 
 from cellgate.gate import Pool, Session
@@ -382,7 +384,7 @@ def machine() -> dict:
 
 
 SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
-            "frontend", "data")
+            "frontend", "data", "datapath", "load")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -461,6 +463,19 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
                  row("history (tail 10), cellgate", cg["history"], baseline=plain["history"])]
     if "data" in args.only:
         rows += data_stack.rows(await data_stack.data_stack(folder, 2 if args.quick else 5), row)
+    if "datapath" in args.only:
+        rows += data_path.rows(await data_path.data_path(folder, 10 if args.quick else 30), row)
+    if "load" in args.only:
+        (folder / "load").mkdir()
+        held = await load.load(folder / "load", 20 if args.quick else args.load_sessions)
+        ideal = held["one_call_s"] * held["sessions"] / held["cores"]
+        rows += [
+            row(f"{held['sessions']} sessions x a 1 MB call at once: cells correct", [held["correct"]], unit="cells"),
+            row(f"  their wall time vs one call x {held['sessions']} / cores", [held["wall_s"] * 1000],
+                baseline=[ideal * 1000]),
+            row(f"  {held['sessions']} concurrent starts (goal >= 2)", [held["starts_per_s"]], unit="starts/s"),
+            row("  host memory per idle session, free delta (goal <= 64)", [held["idle_mb_per_session"]], unit="MB"),
+        ]
     return rows, note
 
 
@@ -472,6 +487,7 @@ async def main() -> None:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run these sections only (default: all)")
     parser.add_argument("--rounds", type=int, default=0, help="northwind: rounds of the three recording modes")
+    parser.add_argument("--load-sessions", type=int, default=100, help="load: sessions each making a 1 MB call")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows, note = await measure(Path(tmp), args)
