@@ -27,7 +27,7 @@ def test_fifty_sessions_each_making_a_1_mb_call_at_once_all_succeed(tmp_path: Pa
                     for i in range(SESSIONS)]
         try:
             await asyncio.gather(*(s.start() for s in sessions))
-            cell = "rows = tools.list_orders('2026-10')\nprint(len(rows), len(str(rows)) > 1_000_000)"
+            cell = "rows = tools.list_orders('2026-10')\nimport json\nprint(len(rows), len(json.dumps(rows)) > 900_000)"
             return list(await asyncio.gather(*(s.execute(cell) for s in sessions), return_exceptions=True))
         finally:
             await asyncio.gather(*(s.shutdown() for s in sessions), return_exceptions=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cellgate.gate._errors import JournalError
+from cellgate.gate._json import canonical_json
 from cellgate.gate.audit.recorder import Recorder
 
 STRANGER = 2_000_001  # a uid without an account (none is needed to own files)
@@ -62,7 +63,7 @@ def test_a_blob_symlink_planted_after_the_start_is_refused_at_the_first_blob(sha
     try:
         (shared / "run.blobs").symlink_to(theirs)
         with pytest.raises(JournalError, match="is a symbolic link"):
-            recorder.blobs.store(DIGEST, {"rows": [1, 2, 3]})
+            recorder.blobs.store(DIGEST, canonical_json({"rows": [1, 2, 3]}))
         assert os.listdir(theirs) == []
     finally:
         recorder.close()
@@ -72,10 +73,10 @@ def test_a_blob_folder_swapped_after_it_was_opened_is_not_written_through(shared
     """The folder checked once is the one written to: a link renamed into its place later leads nowhere."""
     recorder = Recorder(shared / "run.ipynb", {})
     try:
-        assert recorder.blobs.store(DIGEST, {"first": 1}) == f"run.blobs/{DIGEST}.json"
+        assert recorder.blobs.store(DIGEST, canonical_json({"first": 1})) == f"run.blobs/{DIGEST}.json"
         (shared / "run.blobs").rename(shared / "moved.blobs")
         (shared / "run.blobs").symlink_to(theirs)
-        recorder.blobs.store("cd" * 32, {"second": 2})
+        recorder.blobs.store("cd" * 32, canonical_json({"second": 2}))
         assert os.listdir(theirs) == []
         assert sorted(os.listdir(shared / "moved.blobs")) == sorted([f"{DIGEST}.json", f"{'cd' * 32}.json"])
     finally:
@@ -118,7 +119,7 @@ def test_what_the_recorder_creates_is_the_owners_alone(tmp_path: Path) -> None:
     notebook = tmp_path / "home" / "project" / "runs" / "run.ipynb"
     recorder = Recorder(notebook, {})
     try:
-        recorder.blobs.store(DIGEST, {"rows": list(range(100))})
+        recorder.blobs.store(DIGEST, canonical_json({"rows": list(range(100))}))
     finally:
         recorder.close()
     for folder in (tmp_path / "home", tmp_path / "home" / "project", notebook.parent, notebook.with_suffix(".blobs")):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellgate.gate.calls.record import Secret, holds_secret, split_secrets
+from cellgate.gate.calls.record import Secret, holds_secret, secrets_exist, split_secrets
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +39,24 @@ def test_a_cycle_or_a_shared_part_is_walked_once() -> None:
     assert holds_secret(cyclic) is False  # returns; the JSON conversion after it refuses the cycle
     cyclic.append({"s": Secret("x")})
     assert holds_secret(cyclic) is True
+
+
+def test_a_secret_is_counted_from_its_making_until_it_goes_and_with_none_nothing_is_looked_through() -> None:
+    import gc
+
+    from cellgate.gate.calls import record
+
+    gc.collect()
+    before = record._alive[0]  # other tests of this process may hold some
+    value = Secret("s3cr3t")
+    assert record._alive[0] == before + 1 and secrets_exist()
+    assert split_secrets({"a": [value]}, [], lambda s: "digest")[1] == {"a": ["digest"]}
+    del value
+    gc.collect()
+    assert record._alive[0] == before
+    record._alive[0], kept = 0, record._alive[0]  # as in a process that never made one
+    try:
+        result = {"a": [1, 2]}
+        assert split_secrets(result, [], lambda s: "digest") == (result, result)
+    finally:
+        record._alive[0] += kept

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
-from cellgate.gate._json import canonical_json, write_atomically
+from cellgate.gate._json import write_atomically
 from cellgate.gate.audit.owned import owned_folder
 
 WHAT = "the result blobs' folder"
@@ -43,14 +42,15 @@ class BlobStore:
                 self._fd = owned_folder(self.folder, WHAT)
             return self._fd
 
-    def store(self, digest: str, value: Any) -> str:
-        """Write ``value`` under ``digest`` unless it is there; returns its name relative to the run's folder."""
+    def store(self, digest: str, text: str) -> str:
+        """Write a value's canonical JSON ``text`` under ``digest`` unless it is there; returns its name relative
+        to the run's folder."""
         folder = self._open()
         name = f"{digest}.json"
         try:
             os.stat(name, dir_fd=folder, follow_symlinks=False)
         except FileNotFoundError:
-            write_atomically(self.folder / name, canonical_json(value), folder_fd=folder)
+            write_atomically(self.folder / name, text, folder_fd=folder)
         return f"{self.folder.name}/{name}"
 
     def store_bytes(self, digest: str, data: bytes) -> str:

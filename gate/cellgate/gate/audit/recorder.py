@@ -173,7 +173,7 @@ class Recorder:
         failpoint("after-call")
         entry = record.as_metadata(INLINE_RESULT_BYTES)
         if record.ok and "result" not in entry and record.result_sha256:
-            entry["result_blob"] = self.blobs.store(record.result_sha256, record.result)
+            entry["result_blob"] = self.blobs.store(record.result_sha256, record.recorded_text())
         # Not fsync'd on its own: losing it in a crash leaves the call "needs
         # reconciliation" (its intent is durable), never silently done twice.
         with self._lock:

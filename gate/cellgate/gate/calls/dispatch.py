@@ -247,6 +247,7 @@ class Dispatcher:
             # Size and digest of the recorded value (secrets as markers or keyed digests): what the blob
             # holds, and a digest that never confirms a guessed secret.
             recorded = text if record.result is plain else canonical_json(record.result)
+            record.result_text = recorded
             record.result_bytes = len(recorded.encode())
             record.result_sha256 = sha256_hex(recorded)
             reply = CallReply(id=request.id, ok=True, result=plain)
@@ -313,11 +314,15 @@ class Dispatcher:
         finally:
             limit.release()
         found: list[str] = []
+        # Scrubbing costs nothing while no Secret exists in this process; else one walk finds them.
         plain, shown = split_secrets(result, found, lambda value: self.secrets.digest(value, f"{tool.name} result"))
         secrets.extend(found)
         try:
-            converted = pydantic_core.to_jsonable_python(plain)
-            text = canonical_json(converted)  # NaN, Infinity and the like are not JSON
+            try:  # a result of JSON's own types (most are) is encoded as it is: one encode, no conversion
+                converted, text = plain, canonical_json(plain)
+            except (TypeError, ValueError):  # anything else converted first (NaN and the like then refused)
+                converted = pydantic_core.to_jsonable_python(plain)
+                text = canonical_json(converted)
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
         size = len(text.encode())

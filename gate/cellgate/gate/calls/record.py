@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cellgate.gate._json import canonical_json
@@ -15,6 +16,26 @@ class Secret(str):
     """A value a tool marks secret: the sandbox gets it, the audit trail only its digest."""
 
     __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Secret:
+        made = super().__new__(cls, *args, **kwargs)
+        with _alive_lock:
+            _alive[0] += 1
+        return made
+
+    def __del__(self) -> None:
+        with _alive_lock:
+            _alive[0] -= 1
+
+
+# How many Secrets exist in this process (each counted from its __new__ to its __del__, so never fewer than there
+# are): with none, no result can hold one, and a result is not walked for them at all.
+_alive = [0]
+_alive_lock = threading.Lock()
+
+
+def secrets_exist() -> bool:
+    return _alive[0] > 0
 
 
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types: a Secret is a str subclass
@@ -39,8 +60,8 @@ def holds_secret(value: Any) -> bool:
 
 def split_secrets(value: Any, found: list[str], digest: Callable[[str], Any]) -> tuple[Any, Any]:
     """(plain value for the sandbox, redacted value for the record); secrets go in found. A value without a
-    secret is returned as it is, twice (nothing rebuilt)."""
-    if not holds_secret(value):
+    secret is returned as it is, twice (nothing rebuilt); while no Secret exists at all, without a look."""
+    if not secrets_exist() or not holds_secret(value):
         return value, value
     return _split(value, found, digest)
 
@@ -85,6 +106,13 @@ class CallRecord:
     args_sha256: str = ""
     idempotency_key: str | None = None
     trace: dict[str, str] | None = None  # the call's trace and span id, when a session's observer traces it
+    # ``result``'s canonical JSON, made once by the gate: what its digest is of and its blob holds (never itself
+    # a field of the record: the journal and the notebook hold the value, inline or as the blob).
+    result_text: str | None = field(default=None, repr=False, compare=False)
+
+    def recorded_text(self) -> str:
+        """The recorded result's canonical JSON (the gate's own, when it made it)."""
+        return self.result_text if self.result_text is not None else canonical_json(self.result)
 
     def as_metadata(self, inline_limit: int) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -102,7 +130,7 @@ class CallRecord:
         if self.ok:
             entry["result_sha256"] = self.result_sha256
             entry["result_bytes"] = self.result_bytes
-            text = canonical_json(self.result)
+            text = self.recorded_text()
             if len(text) <= inline_limit:
                 entry["result"] = self.result
             else:
