@@ -33,12 +33,10 @@ from packaging.utils import canonicalize_name
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
+from cellgate.gate.sandbox.images.spec import REQUIREMENT
 from cellgate.gate.sandbox.images.store import file_sha256
 
 TOOL_NAME: Final = "pip_install"
-# A requirement of the form name[extras] and version clauses: never a URL, a path or a pip option.
-REQUIREMENT: Final = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?\s*([<>=!~]=?[^;@\s,]+(,\s*[<>=!~]=?[^;@\s,]+)*)?$")
 PIP_TIMEOUT: Final = 600.0
 
 

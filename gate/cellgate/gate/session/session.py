@@ -30,12 +30,12 @@ from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
-from cellgate.gate.calls.packages import REQUIREMENT
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
+from cellgate.gate.sandbox.images.spec import REQUIREMENT
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
 from cellgate.gate.session import commands, files, streaming, tool_additions
 from cellgate.gate.session.commands import CommandResult

@@ -24,6 +24,10 @@ from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.sandbox.images.store import NAME_PATTERN
 
+# A requirement of the form name[extras] and version clauses: never a URL, a path, a marker or a pip option (they
+# would fetch or build from elsewhere than the index). Images' specs and `%pip install` take only these.
+REQUIREMENT: Final = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?\s*([<>=!~]=?[^;@\s,]+(,\s*[<>=!~]=?[^;@\s,]+)*)?$")
 # The kernel slice's own requirements (kernel/pyproject.toml), in every image.
 KERNEL_REQUIREMENTS: Final = ("ipykernel>=7.4", "jupyter_client>=8.10", "pyzmq>=26", "traitlets>=5.14",
                               "typing_extensions>=4.6", "RestrictedPython>=8.0")
@@ -50,10 +54,7 @@ class ImageSpec(StrictModel):
     @classmethod
     def _python(cls, requirements: list[str]) -> list[str]:
         for requirement in requirements:
-            # A name with extras and a version range; never a URL, a path or a pip option (they would fetch or
-            # build from elsewhere than the index).
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?\s*([<>=!~]=?[^;@\s]+(,\s*[<>=!~]=?[^;@\s]+)*)?$",
-                            requirement):
+            if not REQUIREMENT.match(requirement):
                 raise ValueError(f"{requirement!r} is not a requirement of the form name[extras]>=version "
                                  "(no URL, path or option)")
         return requirements
