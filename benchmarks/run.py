@@ -479,6 +479,15 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
     return rows, note
 
 
+def previous_run(results: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """The rows of the latest whole run on record, by metric, and when it ran."""
+    runs = sorted(results.glob("run-*.json"))
+    if not runs:
+        return {}, ""
+    data = json.loads(runs[-1].read_text())
+    return {row["metric"]: row for row in data["rows"]}, data["machine"]["date"]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -491,10 +500,18 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows, note = await measure(Path(tmp), args)
-    lines = [f"| {'metric':<48} | {'median':>10} | {'p95':>10} | unit     | ratio |", f"|{'-' * 50}|{'-' * 12}|{'-' * 12}|----------|-------|"]
+    results = ROOT / "benchmarks" / "results"
+    before, when = previous_run(results)
+    lines = [f"| {'metric':<48} | {'median':>10} | {'p95':>10} | unit     | ratio | previous median (ratio) |",
+             f"|{'-' * 50}|{'-' * 12}|{'-' * 12}|----------|-------|-------------------------|"]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
-        lines.append(f"| {r['metric']:<48} | {r['median']:>10.2f} | {r['p95']:>10.2f} | {r['unit']:<8} | {ratio:>5} |")
+        old = before.get(r["metric"])
+        was = (f"{old['median']:.2f}" + (f" ({old['ratio']:.2f})" if "ratio" in old else "")) if old else "(new)"
+        lines.append(f"| {r['metric']:<48} | {r['median']:>10.2f} | {r['p95']:>10.2f} | {r['unit']:<8} | {ratio:>5} "
+                     f"| {was:>23} |")
+    if when:
+        lines.append(f"\nThe previous figures are the run of {when} (benchmarks/results/run-*.json).")
     table = "\n".join(lines) + note
     print(table)
     if set(args.only) != set(SECTIONS):
@@ -502,7 +519,6 @@ async def main() -> None:
         return
     info = machine()
     stamp = info["date"].replace(":", "").replace("-", "")
-    results = ROOT / "benchmarks" / "results"
     results.mkdir(exist_ok=True)
     (results / "latest.md").write_text(f"# cellgate benchmarks\n\nmachine: `{json.dumps(info)}`\n\n{table}\n")
     (results / f"run-{stamp}.json").write_text(json.dumps({"machine": info, "rows": rows, "note": note.strip()}, indent=1))
