@@ -13,6 +13,7 @@ any session key) exists, and before any cell runs.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import random
 import time
@@ -29,13 +30,33 @@ PRELOAD = (
 )
 
 
+# ipykernel's own choice, made here first: matplotlib reads it once, when it is imported.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
 def preload() -> None:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
             pass  # optional parts (debugpy, RestrictedPython) load later if at all
+    image_preload()
     warm_completer()
+
+
+def image_preload() -> None:
+    """The image's own heavy modules (its spec's ``preload``: pandas, matplotlib), imported into the snapshot so
+    that a cell importing them finds them loaded (inside gVisor an import of pandas costs seconds)."""
+    try:
+        names = json.loads(os.environ.get(wire.ENV_PRELOAD, "[]"))
+    except ValueError:
+        return
+    os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
+    for name in names if isinstance(names, list) else ():
+        try:
+            importlib.import_module(str(name))
+        except Exception:  # noqa: BLE001, S112 - a module that does not import is imported (and fails) in its cell
+            continue
 
 
 def warm_completer() -> None:

@@ -41,6 +41,16 @@ class ImageSpec(StrictModel):
     description: str = ""
     debian: list[str] = Field(default_factory=list, description="Debian packages over the essential set")
     python: list[str] = Field(default_factory=list, description="Python requirements (pip's syntax; wheels only)")
+    preload: list[str] = Field(default_factory=list, description="modules imported before the snapshot a sandbox "
+                               "starts from, so that a cell finds them loaded (e.g. pandas)")
+
+    @field_validator("preload")
+    @classmethod
+    def _preload(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", name):
+                raise ValueError(f"{name!r} is not a module name")
+        return names
 
     @field_validator("debian")
     @classmethod
@@ -74,6 +84,7 @@ PROFILES: Final = {
         name="data", description="the data stack: numpy, pandas, pyarrow, matplotlib, scipy, scikit-learn, polars",
         debian=[*FONTS],
         python=["numpy", "pandas", "pyarrow", "matplotlib", "scipy", "scikit-learn", "polars"],
+        preload=["numpy", "pandas", "matplotlib"],  # not pyplot: it binds IPython's display hooks, which come later
     ),
 }
 

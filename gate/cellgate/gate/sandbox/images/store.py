@@ -90,6 +90,11 @@ class Image:
         return self.folder / "rootfs"
 
     @property
+    def preload(self) -> tuple[str, ...]:
+        """Modules its snapshot imports (the spec's ``preload``)."""
+        return tuple(str(name) for name in self.manifest["spec"].get("preload", []))
+
+    @property
     def python(self) -> str:
         """The image's interpreter, inside it."""
         return f"/usr/bin/python{self.manifest['python_version']}"

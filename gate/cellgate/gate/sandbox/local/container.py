@@ -176,7 +176,8 @@ class Sandbox:
             # An image has the kernel slice on its interpreter's own path; the host's is bound where it is.
             python_path = [*([] if image else [kernel_python_path()]),
                            *([oci.PACKAGES_DIR] if self.config.package_layer else [])]
-            env = oci.environment(python_path, self.config.limits, self.config.reply_wait, self.config.restricted)
+            env = oci.environment(python_path, self.config.limits, self.config.reply_wait, self.config.restricted,
+                                  image.preload if image else ())
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id, rootless=self.rootless)
             self._spec_text = json.dumps(spec, indent=1)
             self.path("bundle", "config.json").write_text(self._spec_text)
