@@ -120,7 +120,12 @@ def test_a_frontend_in_another_environment_runs_interrupts_and_restarts_the_kern
     events = [r["event"] for r in records]
     assert events.count("session-started") == 1 and events.count("kernel-attached") == 2
     assert [r.get("reason") for r in records if r["event"] == "kernel-restarted"] == ["frontend"]
-    assert events[-2:] == ["kernel-exited", "session-ended"]  # the frontend's shutdown, not a death
+    # The frontend's shutdown, not a death. The last cell's end may be journalled just before or just after the
+    # kernel's exit: nbclient shuts the kernel down as soon as it has the cell's reply and idle, and under load
+    # (CI, 2026-12-04) the host recorded the cell's end after the exit once.
+    last_attach = len(events) - 1 - events[::-1].index("kernel-attached")
+    assert events[-1] == "session-ended" and events[last_attach:].count("kernel-exited") == 1
+    assert events[last_attach:].count("cell-ended") == 1
     assert "kernel-died" not in events
     assert check_run(notebook).problems == []
     # A full shutdown leaves nothing to continue.
