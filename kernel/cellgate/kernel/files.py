@@ -78,6 +78,10 @@ class FileService:
         self._comm: Any = None
         self._uploads: dict[str, _Upload] = {}
 
+    def forget_comm(self) -> None:
+        """A new host serves this kernel (a resumed or forked checkpoint): the next answer opens a comm it sees."""
+        self._comm = None
+
     def _send(self, data: dict[str, Any], buffers: list[Any] | None = None) -> None:
         if self._comm is None or getattr(self._comm, "_closed", False):
             import comm

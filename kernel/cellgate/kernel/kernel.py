@@ -30,7 +30,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, outlog, pip_magic, ptc, runtime, wire
+from . import files, hibernate, outlog, pip_magic, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -165,6 +165,7 @@ class CellgateKernel(IPythonKernel):
         self.gate_client = runtime.GateClient(reply_wait=_env_float(wire.ENV_REPLY_WAIT, 3600.0))
         runtime.install(self.gate_client)
         self.files = files.FileService()  # the host's uploads and downloads (``files``)
+        self.hibernation: hibernate.Hibernation | None = None  # a pause the host asked for (``hibernate``)
         self._preload_tools()
         if self.shell is not None:
             pip_magic.register(self.shell)  # %pip install: through the gate, not the network
@@ -281,12 +282,21 @@ class CellgateKernel(IPythonKernel):
             return
         await super().process_control(msg)  # type: ignore[no-untyped-call]
 
+    def _after_resume(self) -> None:
+        """The host serving this kernel now learns its comms anew (from their comm_open)."""
+        self.gate_client.forget_comm()
+        self.files.forget_comm()
+
     def _gate_reply(self, msg: dict[str, Any]) -> None:
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"))
         elif content.get("comm_id") == wire.FILES_COMM:
             self.files.handle(content.get("data"), list(msg.get("buffers") or []))
+        elif content.get("comm_id") == wire.PAUSE_COMM and self.parent is not None:
+            if self.hibernation is None:
+                self.hibernation = hibernate.Hibernation(self.parent, self.output_log, self._after_resume)
+            self.hibernation.request()
 
 
 class CellgateKernelApp(IPKernelApp):

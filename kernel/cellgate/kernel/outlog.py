@@ -109,6 +109,7 @@ class OutputLog:
                 if self._fd is None:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
                                        0o600)
+                    self._size = os.fstat(self._fd).st_size  # a reopened log (``close``) may hold records
                 if self._size + len(data) > self.limit:  # start over; the offsets tell the host what is gone
                     os.ftruncate(self._fd, 0)
                     self._size = 0
@@ -118,6 +119,14 @@ class OutputLog:
                 self._size += len(data)
             except OSError:
                 self._broken = True  # e.g. the folder is full: IOPub is still the record
+
+    def close(self) -> None:
+        """Write out what is pending and close the file (a pause: ``hibernate``); the next write reopens it."""
+        self.sync()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 def number_iopub(session: Any, iopub: tuple[Any, ...]) -> None:

@@ -75,6 +75,10 @@ class GateClient:
     def comm_id(self) -> str | None:
         return None if self._comm is None else str(self._comm.comm_id)
 
+    def forget_comm(self) -> None:
+        """A new host serves this kernel (a resumed or forked checkpoint): the next call opens a comm it sees."""
+        self._comm = None
+
     def _open_comm(self) -> Any:
         # Reuse ipykernel's comm machinery; reopen if a frontend closed ours.
         if self._comm is None or getattr(self._comm, "_closed", False):

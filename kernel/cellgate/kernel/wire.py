@@ -53,6 +53,13 @@ FILES_TARGET: Final = "cellgate.files"
 FILES_COMM: Final = "cellgate-files"
 FILE_CHUNK_BYTES: Final = 4 << 20
 
+# Pausing a live kernel (``cellgate.kernel.hibernate``): the host asks on the control channel with a comm_msg of this
+# comm id; the kernel says it let go of every socket with the first file in its socket folder, and goes on when the
+# host puts the second there (in the sandbox restored from the checkpoint, or the same one after a fork's).
+PAUSE_COMM: Final = "cellgate-pause"
+PAUSED_MARKER: Final = "paused"
+RESUME_MARKER: Final = "resume"
+
 # Generous upper bound on one request, checked by the host before parsing it.
 MAX_REQUEST_BYTES: Final = 1 << 20
 # Calls in one batch request; the whole batch also stays under MAX_REQUEST_BYTES.

@@ -34,7 +34,8 @@ from cellgate.gate.telemetry import NO_TELEMETRY, Telemetry
 
 INLINE_RESULT_BYTES = 2048
 # Written with an fsync of their own: the kernel's fate and the session's end.
-SYNCED_EVENTS = frozenset({"kernel-died", "kernel-attached", "kernel-exited", "session-ended"})
+SYNCED_EVENTS = frozenset({"kernel-died", "kernel-attached", "kernel-exited", "session-ended", "session-paused",
+                           "session-resumed"})
 
 
 def journal_path(notebook: Path) -> Path:
@@ -227,9 +228,10 @@ class Recorder:
         # replaced atomically after every cell but not fsync'd each time.
         write_atomically(self.notebook_path, text, durable=False)
 
-    def close(self) -> None:
+    def close(self, ending: str = "session-ended", **data: Any) -> None:
+        """End the record: ``session-ended``, or ``session-paused`` when its kernel lives on as a checkpoint."""
         try:
-            self.event("session-ended")
+            self.event(ending, **data)
         except JournalError:
             pass
         finally:

@@ -24,6 +24,21 @@ CELL_EVENTS = frozenset({"cell-started", "output", "execute-input", "call-starte
                          "refusals-coalesced", "refusals-dropped", "late-output", "cell-aborted"})
 
 
+LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked")
+
+
+def live_note(record: dict[str, Any]) -> str:
+    """What a reader is told where the session's kernel was paused into a checkpoint, resumed or forked."""
+    checkpoint = str(record.get("checkpoint", ""))[:16]
+    if record["event"] == "session-paused":
+        return f"**The session was paused at {record['time']}**: its kernel was saved as checkpoint `{checkpoint}`."
+    if record["event"] == "session-forked":
+        return (f"**The session was forked at {record['time']}** into {int(record.get('forks') or 0)} sessions "
+                f"(checkpoint `{checkpoint}`); each has a notebook of its own that names this one.")
+    return (f"**The session was resumed at {record['time']}** from checkpoint `{checkpoint}`: its variables are "
+            "as they were when it was paused.")
+
+
 def restart_note(record: dict[str, Any]) -> str:
     """What a reader of the notebook is told when the kernel was restarted under the session."""
     gone = record.get("variables_gone")
@@ -97,6 +112,9 @@ class Reducer:
             return self.markdown_cell(f"restart-{record['seq']}", restart_note(record), record["time"],
                                       {"kind": "kernel-restarted", "reason": record.get("reason"),
                                        "variables_gone": record.get("variables_gone")})
+        if event in LIVE_EVENTS:
+            return self.markdown_cell(f"{event}-{record['seq']}", live_note(record), record["time"],
+                                      {"kind": event, "checkpoint": str(record.get("checkpoint", ""))[:64]})
         if event in FILE_EVENTS:
             return self.markdown_cell(f"file-{record['seq']}", file_note(record), record["time"], file_extra(record))
         if event == "cell-sent":

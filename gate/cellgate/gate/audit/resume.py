@@ -25,7 +25,7 @@ from cellgate.gate._errors import JournalError
 from cellgate.gate.audit.journal import Journal, read_journal
 from cellgate.gate.audit.recorder import Recorder, journal_path
 
-ENDINGS = ("session-ended", "recovered")
+ENDINGS = ("session-ended", "recovered", "session-paused")
 R = TypeVar("R", bound=Recorder)
 # What must not change for a record to describe the continued session.
 SETUP = (("tools", "manifest_sha256"), ("policy", "sha256"), ("sandbox",), ("frontend",))

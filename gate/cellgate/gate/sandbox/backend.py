@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from cellgate.gate._errors import SandboxUnavailable
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.environment import CHANNELS as CHANNELS
 from cellgate.gate.sandbox.limits import SandboxLimits as SandboxLimits
@@ -67,6 +68,25 @@ class BackendSettings(Protocol):
 
 
 @dataclass(frozen=True)
+class Restore:
+    """A checkpoint a sandbox starts from instead of a fresh kernel (``SandboxBackend.checkpoint`` made it): its
+    image folder, and the key of the sandbox configuration it was made by (``Checkpointed.key``)."""
+
+    image: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """What ``SandboxBackend.checkpoint`` made: the backend's name and the key of the configuration a sandbox must
+    have to restore it (limits, image, environment, runtime, the kernel's code): a resume under other settings is
+    refused before anything runs."""
+
+    backend: str
+    key: str
+
+
+@dataclass(frozen=True)
 class SandboxRequest:
     """What one sandbox is started with (each launch of a session's kernel, restarts included): neutral, read
     alike by every backend. What only one backend needs it reads from its settings, never from here."""
@@ -83,6 +103,7 @@ class SandboxRequest:
     # A host folder of Python packages the session installs (``calls.packages``), bound read-only at
     # ``PACKAGES_DIR`` and on the kernel's path; only a backend whose ``binds_package_layer`` is true gets one.
     package_layer: str | None = None
+    restore: Restore | None = None  # a live kernel's checkpoint to continue (``checkpoint``); None: a new kernel
 
     @classmethod
     def from_settings(cls, box: SandboxSettings, tools_files: Mapping[str, str], key: str,
@@ -171,6 +192,7 @@ class SandboxBackend(ABC):
     """
 
     name: ClassVar[str] = ""  # the name it is registered under in ``cellgate.sandbox_backends``
+    can_checkpoint: ClassVar[bool] = False  # ``checkpoint`` and ``SandboxRequest.restore`` work
     binds_package_layer: ClassVar[bool] = False  # binds ``SandboxRequest.package_layer`` (``%pip install``)
 
     def __init__(self, settings: BackendSettings) -> None:
@@ -234,6 +256,13 @@ class SandboxBackend(ABC):
         network, how it started. JSON values only; never a key or credential."""
 
     # ------------------------------------------------------------------ optional: defaults say "not available"
+    def checkpoint(self, handle: SandboxHandle, image: Path, leave_running: bool) -> Checkpointed:
+        """Save the paused kernel's sandbox (the kernel let go of its sockets: ``cellgate.kernel.hibernate``) into the
+        new folder ``image``; the sandbox stops, or with ``leave_running`` goes on (a fork's parent) and its kernel
+        resumes. A later ``start`` with ``SandboxRequest.restore`` continues it in a new sandbox."""
+        raise SandboxUnavailable(f"the {self.name or type(self).__name__} sandbox backend cannot checkpoint a live "
+                                 "kernel; pause, resume and fork need one that can (local gVisor as root)")
+
     def watch_memory(self, handle: SandboxHandle, on_hit: Callable[[], None]) -> MemoryWatch | None:
         """Watch the sandbox's memory limit from now on (called on the relay's loop when it attaches); call
         ``on_hit`` once, on that loop, when the limit is hit. After the kernel ended, the gate reports a memory
@@ -255,6 +284,7 @@ class SandboxBackend(ABC):
 
 
 __all__ = [
-    "CHANNELS", "CURVE_SERVER_KEY", "BackendSettings", "MemoryWatch", "ReportedByWait", "SandboxBackend",
+    "CHANNELS", "CURVE_SERVER_KEY", "BackendSettings", "Checkpointed", "MemoryWatch", "ReportedByWait", "Restore",
+    "SandboxBackend",
     "SandboxHandle", "SandboxLimits", "SandboxRequest", "SandboxState", "SandboxStatus", "endpoint",
 ]

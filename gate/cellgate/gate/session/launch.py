@@ -30,6 +30,7 @@ from cellgate.gate.calls.policy import Policy, policy_sha256
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, describe_sources
 from cellgate.gate.config import CONFIG_NAME, SandboxSettings, Settings, find_config, load_settings
+from cellgate.gate.sandbox.backend import Restore
 
 # An approver: an entry-point name ("deny", "allow", "prompt", "queue"), an instance, or a
 # callable(request) -> bool | ApprovalAnswer (sync or async).
@@ -105,6 +106,8 @@ class LaunchOptions:
     # journalled: kernel-exited, kernel-died or kernel-killed). The kernelspec's launcher ends on them.
     on_shutdown: Callable[[dict[str, Any]], None] | None = None
     on_kernel_end: Callable[[str], None] | None = None
+    # The session's first kernel continues this live checkpoint instead of starting fresh (``session.live``).
+    restore: Restore | None = None
 
 
 def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:

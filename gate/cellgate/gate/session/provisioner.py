@@ -17,7 +17,7 @@ import concurrent.futures
 import secrets
 import signal
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,9 @@ class GVisorProvisioner(LocalProvisioner):
         self._launching = False  # a launch was tried (and may have failed) since the last cleanup
         self._started: Started | None = None
         self._abandoned: set[asyncio.Future[None]] = set()  # deletions of sandboxes whose launch was given up
+        # How the record ends: ``session-ended``, or ``session-paused`` with its checkpoint (``session.live``).
+        self.ending: tuple[str, dict[str, Any]] = ("session-ended", {})
+        self._launches = 0  # the first continues ``LaunchOptions.restore`` when given; restarts start fresh kernels
 
     @property
     def started(self) -> Started:
@@ -198,6 +201,9 @@ class GVisorProvisioner(LocalProvisioner):
         layer = started.packages.layer if started.packages is not None else None
         request = SandboxRequest.from_settings(started.settings.sandbox, started.tools_files, secrets.token_hex(32),
                                                started.session_id, package_layer=str(layer) if layer else None)
+        if self._launches == 0 and self.options.restore is not None:
+            request = replace(request, restore=self.options.restore)
+        self._launches += 1
         handle = self.handle = await self._start_sandbox(started.backend, request)
         started.service.attach(handle)
         self.process = handle.process
@@ -340,7 +346,8 @@ class GVisorProvisioner(LocalProvisioner):
         try:
             started.service.stop()
         finally:
-            started.recorder.close()
+            ending, data = self.ending
+            started.recorder.close(ending, **data)
             close_sources(list(started.sources))
             remove_package_layer(started.packages)
 

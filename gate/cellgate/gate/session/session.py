@@ -37,7 +37,7 @@ from cellgate.gate.calls.sources import ToolSource
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.images.spec import REQUIREMENT
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
-from cellgate.gate.session import commands, files, streaming, tool_additions
+from cellgate.gate.session import commands, files, live, streaming, tool_additions
 from cellgate.gate.session.commands import CommandResult
 from cellgate.gate.session.files import FileRecord
 from cellgate.gate.session.launch import (
@@ -246,6 +246,39 @@ class Session:
         else:
             await self.km.shutdown_kernel(now=True)
         self.km = None
+
+    # -------------------------------------------------------------- live: pause, resume, fork (``session.live``)
+    async def checkpoint(self, path: str | Path | None = None) -> Path:
+        """Pause: save the kernel as it is (variables, imports, its /tmp) into the new folder ``path`` (default:
+        beside the notebook) and stop its sandbox; the record ends ``session-paused``. Refused while a cell runs.
+        ``Session.resume(path, ...)`` continues it, in this process or another."""
+        return (await live.pause(self, path)).path
+
+    @classmethod
+    def resume(cls, path: str | Path, **options: Any) -> Session:
+        """A session that continues the paused session of checkpoint ``path`` when started: the same notebook and
+        gate state, its kernel restored in a new sandbox. ``options`` are ``Session``'s (the same tools, config and
+        settings it was made with; a change is refused); the checkpoint is verified before anything reads it."""
+        session = cls(**options)
+        session._options = live.resume_options(path, session._options)
+        return session
+
+    async def fork(self, count: int, path: str | Path | None = None) -> list[Session]:
+        """``count`` started sessions, each continuing this kernel as it is now in a sandbox of its own, with its
+        own gate (budgets from nothing, no approvals carried over) and notebook naming this one; this session
+        goes on. ``path``: the new folder of the checkpoint they start from (default: beside the notebook)."""
+        _, launches = await live.fork(self, count, path)
+        forks = []
+        for options in launches:
+            forked = Session()
+            forked._options, forked._cwd = options, self._cwd
+            forks.append(forked)
+        started = await asyncio.gather(*(f.start() for f in forks), return_exceptions=True)
+        failures = [r for r in started if isinstance(r, BaseException)]
+        if failures:
+            await asyncio.gather(*(f.shutdown() for f in forks), return_exceptions=True)
+            raise failures[0]
+        return forks
 
     async def __aenter__(self) -> Session:
         return await self.start()

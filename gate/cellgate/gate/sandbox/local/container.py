@@ -29,6 +29,7 @@ from typing import Any, Literal
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import liveness
+from cellgate.gate.sandbox.backend import Restore
 from cellgate.gate.sandbox.environment import CHANNELS
 from cellgate.gate.sandbox.images.store import Image, record_of
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
@@ -76,11 +77,12 @@ class Sandbox:
     """One sandboxed kernel: create with ``start()``, end with ``delete()``."""
 
     def __init__(self, config: SandboxConfig, tools_files: Mapping[str, str], key: str,
-                 snapshot_build: bool = False) -> None:
+                 snapshot_build: bool = False, restore: Restore | None = None) -> None:
         if config.isolation == "gvisor" and config.runsc is None:
             raise SandboxError("a gVisor sandbox needs runsc")
         self.config = config
         self.snapshot_build = snapshot_build  # started without a connection file, to be checkpointed
+        self.restore = restore  # a live kernel's checkpoint this sandbox continues (``checkpoint``)
         self.image: Path | None = None  # the snapshot image it was restored from
         self.snapshot_problem: str | None = None  # why it was not, when it should have been
         self._spec_text = ""
@@ -184,7 +186,8 @@ class Sandbox:
             assert self.config.runsc is not None
             argv = oci.runsc_argv(
                 self.config.runsc.path, str(self.path("state")), self.config.runsc.platform,
-                str(self.path("bundle")), self.id, image=self._snapshot_image(), rootless=self.rootless,
+                str(self.path("bundle")), self.id, image=self._restore_image() or self._snapshot_image(),
+                rootless=self.rootless,
             )
             if self.rootless:
                 if self._delegation is not None:
@@ -195,6 +198,54 @@ class Sandbox:
                         *(f"--cgroup={path}" for path in self.cgroup_procs), "--", *argv]
             return argv
         return kernel_argv
+
+    # -- live checkpoints (``cellgate.kernel.hibernate``: the kernel let go of its sockets first)
+    def configuration_key(self) -> str:
+        """What a sandbox must share with this one to restore its checkpoint (its whole spec but for its paths)."""
+        assert self.config.runsc is not None
+        return snapshot.image_key(self._spec_text, str(self.root), self.config.runsc)
+
+    def _restore_image(self) -> str | None:
+        if self.restore is None:
+            return None
+        if self.rootless:
+            raise SandboxError(f"this checkpoint cannot be resumed here: {enforcement.NO_RESTORE_ROOTLESS}")
+        if self.configuration_key() != self.restore.key:
+            raise SandboxError("the checkpoint was made by a sandbox of another configuration (its limits, image, "
+                               "environment, runsc or the kernel's code differ from this session's); resume it with "
+                               "the settings and cellgate it was made with")
+        marker = self.path("ipc", wire.RESUME_MARKER)  # the kernel goes on as soon as it is restored
+        marker.write_text("resume\n")
+        os.chown(marker, oci.SANDBOX_UID, oci.SANDBOX_GID)
+        return self.restore.image
+
+    def checkpoint(self, image: Path, leave_running: bool, timeout: float) -> str:
+        """Save this sandbox once its kernel says it let go of its sockets; returns its configuration key."""
+        assert self.config.runsc is not None
+        if self.rootless:
+            raise SandboxError(f"a sandbox cannot be checkpointed without root here: {enforcement.NO_RESTORE_ROOTLESS}")
+        paused = self.path("ipc", wire.PAUSED_MARKER)
+        deadline = time.monotonic() + timeout
+        while not paused.exists():
+            if self.poll() is not None or time.monotonic() > deadline:
+                raise SandboxError(f"the kernel did not let go of its sockets for the checkpoint within {timeout:g} s"
+                                   f": {self.log_tail(500)}")
+            time.sleep(0.005)  # polling the socket folder for the kernel's marker
+        try:
+            done = subprocess.run(
+                oci.checkpoint_argv(self.config.runsc.path, str(self.path("state")), self.id, str(image),
+                                    leave_running=leave_running),
+                capture_output=True, text=True, timeout=max(timeout, 600), env={"PATH": HOST_PATH})
+        except subprocess.TimeoutExpired:
+            raise SandboxError("runsc checkpoint did not finish in time") from None
+        if done.returncode != 0:
+            first = next((line for line in done.stderr.splitlines() if line.strip()), "")
+            raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}")
+        if leave_running:
+            marker = self.path("ipc", wire.RESUME_MARKER)
+            marker.write_text("resume\n")
+            os.chown(marker, oci.SANDBOX_UID, oci.SANDBOX_GID)
+        return self.configuration_key()
 
     # -- snapshots
     def _snapshot_image(self) -> str | None:
@@ -303,7 +354,7 @@ class Sandbox:
                 pending.discard(channel)
             unexpected = set(os.listdir(self.ipc_dir)) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
-            } - {oci.OUTPUT_LOG}
+            } - {oci.OUTPUT_LOG, wire.PAUSED_MARKER, wire.RESUME_MARKER}
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")
@@ -400,5 +451,9 @@ class Sandbox:
             info["rootless"] = self.rootless
             info["limits_enforced"] = enforcement.report(self.rootless, cgroup_parent=self.config.cgroup_parent,
                                                          cpus=limits.cpus)
-            info["start"] = {"snapshot": self.image.name} if self.image else {"cold": self.snapshot_problem or "snapshots off"}
+            if self.restore is not None:
+                info["start"] = {"checkpoint": self.restore.key}
+            else:
+                info["start"] = ({"snapshot": self.image.name} if self.image
+                                 else {"cold": self.snapshot_problem or "snapshots off"})
         return info

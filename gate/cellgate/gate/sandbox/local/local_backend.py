@@ -23,6 +23,7 @@ from typing_extensions import override
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox.backend import (
     BackendSettings,
+    Checkpointed,
     MemoryWatch,
     SandboxBackend,
     SandboxHandle,
@@ -55,6 +56,7 @@ class LocalBackend(SandboxBackend):
 
     name = "local"
     binds_package_layer = True
+    can_checkpoint = True
 
     def __init__(self, settings: BackendSettings) -> None:
         super().__init__(settings)
@@ -101,7 +103,9 @@ class LocalBackend(SandboxBackend):
     @override
     def start(self, request: SandboxRequest) -> LocalHandle:
         config = self.launch_config(request)
-        sandbox = Sandbox(config, request.tools_files, request.key)
+        if request.restore is not None:  # a live kernel's checkpoint: restored, or nothing (never a fresh kernel)
+            config = replace(config, snapshot=False)
+        sandbox = Sandbox(config, request.tools_files, request.key, restore=request.restore)
         try:
             self._launch(sandbox)
         except SandboxError as exc:
@@ -127,6 +131,13 @@ class LocalBackend(SandboxBackend):
     def _launch(sandbox: Sandbox) -> None:
         sandbox.start()
         sandbox.wait_for_sockets(sandbox.config.start_timeout)
+
+    @override
+    def checkpoint(self, handle: SandboxHandle, image: Path, leave_running: bool) -> Checkpointed:
+        box = self._sandbox(handle)
+        if box.config.isolation != "gvisor":
+            raise SandboxError("only a gVisor sandbox can be checkpointed (this one runs with isolation none)")
+        return Checkpointed(self.name, box.checkpoint(image, leave_running, box.config.start_timeout))
 
     @override
     def connection_info(self, handle: SandboxHandle) -> dict[str, Any]:

@@ -220,12 +220,14 @@ def runsc_argv(runsc: str, state_root: str, platform: str, bundle: str, sandbox_
     ]
 
 
-def checkpoint_argv(runsc: str, state_root: str, sandbox_id: str, image: str) -> list[str]:
-    """Save a sandbox's state as an image; the sandbox stops.
+def checkpoint_argv(runsc: str, state_root: str, sandbox_id: str, image: str,
+                    leave_running: bool = False) -> list[str]:
+    """Save a sandbox's state as an image; the sandbox stops (or, ``leave_running``, goes on).
 
     Uncompressed: a restore from a compressed image keeps ~50 MB more of host memory per sandbox.
     """
-    return [runsc, f"--root={state_root}", "checkpoint", "--compression=none", f"--image-path={image}", sandbox_id]
+    return [runsc, f"--root={state_root}", "checkpoint", "--compression=none",
+            *(["--leave-running"] if leave_running else []), f"--image-path={image}", sandbox_id]
 
 
 # Fontconfig's smallest whole configuration: the host's fonts under the bound /usr, its cache on the sandbox's /tmp.

@@ -38,6 +38,7 @@ import zmq
 import zmq.asyncio
 
 from cellgate.gate._errors import SessionError
+from cellgate.kernel.wire import PAUSE_COMM
 from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
 from cellgate.gate.calls.asking import Waiting
@@ -185,6 +186,22 @@ class Relay:
     def expect_exit(self) -> None:
         """The frontend asked the kernel to shut down: its exit is not a death."""
         self.kernel.exit_expected = True
+
+    def pause_kernel(self, leave_running: bool) -> None:
+        """Ask the kernel to let go of its sockets for a checkpoint (``cellgate.kernel.hibernate``); SessionError
+        while a cell runs. Unless its sandbox is ``leave_running`` (a fork's parent), its stop is no death."""
+        self._call(self._pause_kernel(leave_running))
+
+    async def _pause_kernel(self, leave_running: bool) -> None:
+        running = self.cells.running()
+        if running is not None:
+            raise SessionError("the session cannot be checkpointed while a cell runs (or a tool call it made waits); "
+                               "wait for the cell to end, or interrupt it, then checkpoint")
+        if self.kernel.control is None:
+            raise SessionError("the session has no kernel to checkpoint (it died or was stopped); restart it first")
+        if not leave_running:
+            self.kernel.exit_expected = True
+        await self.kernel.send_control("comm_msg", {"comm_id": PAUSE_COMM, "data": {"op": "pause"}})
 
     def detach(self, reason: str) -> None:
         """Stop relaying to the current kernel (before a restart or shutdown)."""

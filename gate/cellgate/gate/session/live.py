@@ -1,0 +1,290 @@
+"""Live sessions: a session's kernel paused into a checkpoint and resumed (in this process or another), or forked.
+
+A checkpoint is a folder the host makes, its user's alone::
+
+    checkpoint.json   what it is: the session, where its record stood, the sandbox configuration it needs, the
+                      sha256 of every file of the image, all under a MAC of this host's key
+    image/            the sandbox's memory and state, as the backend saved it (``SandboxBackend.checkpoint``)
+
+The kernel lets go of its sockets first (``cellgate.kernel.hibernate``); the
+backend saves its sandbox. A **pause** (``Session.checkpoint``) stops the
+sandbox and ends the record with ``session-paused``; ``Session.resume`` reads
+the checkpoint back (MAC, version, every file's digest, before the backend
+reads a byte of it), continues the same notebook with ``session-resumed`` and
+restores the kernel in a new sandbox, its gate numbering calls on and its
+budgets counted from the record. A **fork** (``Session.fork``) saves the
+sandbox and leaves it running: the parent records ``session-forked`` and goes
+on, and each fork is a new session restored from the same image, with its own
+sandbox, gate and notebook, whose metadata names the parent's notebook, where
+its journal stood and the fork's number. A fork's budgets start from nothing
+and approvals never carry over: each fork is a session of its own.
+
+A checkpoint holds the kernel's memory: what the program computed, never a
+credential (none enters the sandbox). Tools, policy and settings are the
+caller's again at resume, never the checkpoint's: a resume under another
+setup is refused with what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from cellgate.gate import _hostkey as hostkey
+from cellgate.gate._errors import ConfigError, SessionError
+from cellgate.gate._json import canonical_json, sha256_hex, utcnow
+from cellgate.gate._versions import versions
+from cellgate.gate.audit.journal import Journal
+from cellgate.gate.audit.recorder import Recorder
+from cellgate.gate.audit.resume import Previous, read_previous, setup_changes
+from cellgate.gate.calls.approval import Approver
+from cellgate.gate.calls.dispatch import CallLog, Dispatcher
+from cellgate.gate.calls.policy import Policy
+from cellgate.gate.calls.registry import ToolRegistry
+from cellgate.gate.sandbox.backend import Restore
+from cellgate.gate.session.launch import LaunchOptions
+
+if TYPE_CHECKING:
+    from cellgate.gate.session.session import Session
+
+FORMAT = 1
+MANIFEST = "checkpoint.json"
+IMAGE = "image"
+MAC_PURPOSE = "cellgate-checkpoint"
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_IMAGE_FILES = 256
+Kind = Literal["pause", "fork"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint read back and verified (``read_checkpoint``)."""
+
+    path: Path
+    kind: Kind
+    notebook: Path  # the record of the session it was taken from
+    journal: dict[str, Any]  # where that record stood: {"seq", "hash"}
+    session_id: str
+    restore: Restore
+    id: str  # how the records name it
+    digest: str  # of its manifest
+
+    def record_of(self) -> dict[str, Any]:
+        """How a fork's metadata names its parent."""
+        return {"notebook": str(self.notebook), "journal": dict(self.journal), "checkpoint": self.id,
+                "manifest_sha256": self.digest, "session_id": self.session_id}
+
+
+def _version() -> str:
+    return versions().get("cellgate", "unknown")
+
+
+def new_folder(path: Path) -> Path:
+    """The checkpoint's folder, made now and this user's alone; an existing path is never written into."""
+    path = path.expanduser().absolute()
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        raise SessionError(f"{path} exists; a checkpoint is written only into a new folder: choose another path "
+                           "or remove that one") from None
+    except OSError as exc:
+        raise SessionError(f"the checkpoint folder {path} cannot be made: {exc.strerror or exc}") from None
+    return path
+
+
+def _image_files(image: Path) -> dict[str, str]:
+    """sha256 of every file of an image folder (flat, regular files only; anything else is refused)."""
+    found: dict[str, str] = {}
+    for entry in sorted(os.scandir(image), key=lambda e: e.name):
+        info = entry.stat(follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):
+            raise SessionError(f"the checkpoint's image holds {entry.name!r}, which is not a regular file; "
+                               "it was altered: make a new checkpoint")
+        if len(found) >= MAX_IMAGE_FILES:
+            raise SessionError(f"the checkpoint's image holds more than {MAX_IMAGE_FILES} files; it was altered")
+        digest = hashlib.sha256()
+        with open(entry.path, "rb") as file:
+            while chunk := file.read(4 << 20):
+                digest.update(chunk)
+        found[entry.name] = digest.hexdigest()
+    return found
+
+
+def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Path, journal: Journal,
+                   session_id: str, backend: str, key: str) -> Checkpoint:
+    body = {
+        "format": FORMAT, "cellgate": _version(), "kind": kind, "id": checkpoint_id, "made": utcnow(),
+        "notebook": str(notebook),
+        "journal": {"seq": journal.seq, "hash": journal.head}, "session_id": session_id,
+        "sandbox": {"backend": backend, "key": key}, "files": _image_files(folder / IMAGE),
+    }
+    text = canonical_json(body)
+    signed = {**body, "mac": hostkey.load().mac(text.encode(), MAC_PURPOSE)}
+    (folder / MANIFEST).write_text(json.dumps(signed, indent=1))
+    os.chmod(folder / MANIFEST, 0o600)
+    return _checkpoint(folder, body, sha256_hex(text))
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """A checkpoint this host made, checked whole before anything reads its image: SessionError saying what is
+    wrong (not a checkpoint, another version's, another host's, altered or cut short)."""
+    folder = Path(path).expanduser().absolute()
+    manifest = folder / MANIFEST
+    try:
+        info = os.lstat(manifest)
+    except OSError:
+        raise SessionError(f"{folder} is not a cellgate checkpoint (it has no {MANIFEST}); give the folder "
+                           "Session.checkpoint or Session.fork made") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
+        raise SessionError(f"{manifest} is not a regular file of at most {MAX_MANIFEST_BYTES} bytes; it was altered")
+    try:
+        signed = json.loads(manifest.read_bytes())
+        mac = signed.pop("mac")
+        text = canonical_json(signed)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise SessionError(f"{manifest} is not a checkpoint manifest (not JSON with a mac); it was altered") from None
+    if signed.get("format") != FORMAT or signed.get("cellgate") != _version():
+        raise SessionError(f"{folder} was made by cellgate {str(signed.get('cellgate'))[:40]} (checkpoint format "
+                           f"{str(signed.get('format'))[:10]}); this is cellgate {_version()}: resume it with the "
+                           "version that made it")
+    if not isinstance(mac, str) or not hostkey.load(create=False).check(text.encode(), MAC_PURPOSE, mac):
+        raise SessionError(f"{manifest} is not signed by this host's key: the checkpoint was made on another host "
+                           "or altered, and is not resumed")
+    image = folder / IMAGE
+    if not image.is_dir() or image.is_symlink():
+        raise SessionError(f"{image} is missing; the checkpoint is incomplete")
+    found = _image_files(image)
+    expected = signed["files"]
+    if found != expected:
+        bad = sorted(name for name in {*found, *expected} if found.get(name) != expected.get(name))
+        raise SessionError(f"the checkpoint's image differs from what was saved ({', '.join(bad[:5])}): it was "
+                           "altered or cut short, and is not resumed")
+    return _checkpoint(folder, signed, sha256_hex(text))
+
+
+def _checkpoint(folder: Path, body: dict[str, Any], digest: str) -> Checkpoint:
+    sandbox = body["sandbox"]
+    return Checkpoint(folder, body["kind"], Path(body["notebook"]), dict(body["journal"]), str(body["session_id"]),
+                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest)
+
+
+# --------------------------------------------------------------------------------------------------- the session
+async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[str, str]:
+    """Pause the session's kernel and save its sandbox into ``folder``; returns (backend, configuration key)."""
+    provisioner = session.provisioner
+    started, handle = provisioner.started, provisioner.handle
+    if handle is None or not started.backend.can_checkpoint:
+        raise SessionError(f"this session's sandbox backend ({started.backend.name}) cannot checkpoint a live kernel;"
+                           " pause, resume and fork need the local gVisor backend, as root")
+    await asyncio.to_thread(started.service.pause_kernel, leave_running)
+    try:
+        made = await asyncio.to_thread(started.backend.checkpoint, handle, folder / IMAGE, leave_running)
+    except BaseException:
+        started.service.kernel.exit_expected = False
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return made.backend, made.key
+
+
+async def pause(session: Session, path: str | Path | None) -> Checkpoint:
+    """``Session.checkpoint``: the kernel saved, its sandbox stopped, the record ended as ``session-paused``."""
+    recorder = session.recorder
+    notebook = recorder.notebook_path
+    folder = new_folder(Path(path) if path is not None else notebook.with_name(notebook.stem + ".checkpoint"))
+    backend, key = await _save(session, folder, leave_running=False)
+    session_id, checkpoint_id = session.provisioner.started.session_id, secrets.token_hex(8)
+    session.provisioner.ending = ("session-paused", {"checkpoint": checkpoint_id})
+    await session.shutdown()
+    return write_manifest(folder, "pause", checkpoint_id, notebook=notebook, journal=recorder.journal,
+                          session_id=session_id, backend=backend, key=key)
+
+
+async def fork(session: Session, count: int, path: str | Path | None) -> tuple[Checkpoint, list[LaunchOptions]]:
+    """``Session.fork``: the kernel saved and left running; the launch options of ``count`` sessions that each
+    continue the saved kernel in a sandbox of their own."""
+    if not 1 <= count <= 100:
+        raise ConfigError(f"fork count {count!r} is not between 1 and 100; fork into fewer sessions")
+    if session.dead:
+        raise SessionError("the session's kernel is stopped; restart it before forking")
+    recorder = session.recorder
+    notebook = recorder.notebook_path
+    folder = new_folder(Path(path) if path is not None else notebook.with_name(
+        f"{notebook.stem}.fork-{recorder.journal.seq + 1}.checkpoint"))
+    backend, key = await _save(session, folder, leave_running=True)
+    checkpoint_id = secrets.token_hex(8)
+    recorder.event("session-forked", forks=count, checkpoint=checkpoint_id, sync=True)
+    recorder.write_notebook()
+    checkpoint = write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
+                                session_id=session.provisioner.started.session_id, backend=backend, key=key)
+    parent = session.launch_options
+    options = []
+    for number in range(1, count + 1):
+        metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": count}}
+        fork_notebook = None if parent.notebook is None else notebook.with_name(f"{notebook.stem}.fork-{number}.ipynb")
+        options.append(replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=fork_notebook))
+    return checkpoint, options
+
+
+def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
+    """``Session.resume``: the launch options that continue a paused session's record and kernel."""
+    checkpoint = read_checkpoint(path)
+    if checkpoint.kind != "pause":
+        raise SessionError(f"{checkpoint.path} is a fork's checkpoint; its forks were started by Session.fork, and "
+                           "it is not resumed as a session of its own")
+    try:
+        previous = read_previous(checkpoint.notebook)
+    except Exception as exc:  # noqa: BLE001 - JournalError or OSError, said with the checkpoint's name
+        raise SessionError(f"the record of the checkpoint {checkpoint.path} cannot be continued: {exc}") from None
+    last = previous.records[-1]
+    if (last["seq"], last["hash"]) != (checkpoint.journal["seq"], checkpoint.journal["hash"]):
+        raise SessionError(f"{checkpoint.notebook}'s journal goes on past this checkpoint (it ends at record "
+                           f"{last['seq']}, the checkpoint at {checkpoint.journal['seq']}): it was resumed already; "
+                           "a checkpoint is resumed once")
+    continuation = Continuation(previous, checkpoint)
+    return replace(options, restore=checkpoint.restore, notebook=None, recorder_factory=continuation.recorder,
+                   gate_factory=continuation.gate)
+
+
+class Continuation:
+    """A resumed session's recorder and gate: the paused record and its gate's state, going on."""
+
+    def __init__(self, previous: Previous, checkpoint: Checkpoint) -> None:
+        self.previous = previous
+        self.checkpoint = checkpoint
+
+    def recorder(self, notebook_path: Path, session_metadata: dict[str, Any],
+                 open_journal: Any = Journal) -> Recorder:
+        changed = setup_changes(self.previous.metadata, session_metadata)
+        if changed:
+            raise ConfigError(f"the session of {self.checkpoint.path} was made with other {', '.join(changed)}; "
+                              "resume it with the tools, policy and sandbox settings it was made with")
+        recorder = Recorder(self.previous.notebook, self.previous.metadata, open_journal=open_journal,
+                            resumed=self.previous.records)
+        recorder.event("session-resumed", checkpoint=self.checkpoint.id)
+        recorder.write_notebook()
+        return recorder
+
+    def gate(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
+             session_id: str, call_timeout: float) -> Dispatcher:
+        gate = Dispatcher(registry, log=log, policy=policy, approver=approver,
+                          session_id=self.checkpoint.session_id, call_timeout=call_timeout,
+                          first_seq=self.previous.next_call_seq)
+        for record in self.previous.records:  # the session's budgets, as used before the pause
+            counters = record.get("call", {}).get("counters") if record["event"] == "call-finished" else None
+            if isinstance(counters, dict):
+                tool = str(record["call"].get("tool"))
+                gate.counters.session = max(gate.counters.session, int(counters.get("session", 0)))
+                gate.counters.per_tool[tool] = max(gate.counters.per_tool.get(tool, 0),
+                                                   int(counters.get("tool_session", 0)))
+        return gate
+
+
+__all__ = ["Checkpoint", "fork", "pause", "read_checkpoint", "resume_options"]
