@@ -65,6 +65,8 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they are imported 
     from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
     from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
+    from cellgate.gate.session.live import Checkpoint, read_checkpoint
+    from cellgate.gate.session.session import Trial
     from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
 
@@ -116,6 +118,10 @@ _EXT = {
     "KERNEL_LAUNCHER_MODULE": "cellgate.gate.sandbox.kernelspec:LAUNCHER_MODULE",
     "UntrustedLaunchState": "cellgate.gate.session.launcher_state:UntrustedState",
     "kernel_recording": "cellgate.gate.session.launcher_state:recording",
+    # live sessions (``Session.checkpoint``, ``resume``, ``fork``, ``trial``)
+    "Checkpoint": "cellgate.gate.session.live",
+    "read_checkpoint": "cellgate.gate.session.live",
+    "Trial": "cellgate.gate.session.session",
 }
 
 __all__ = [
@@ -126,6 +132,7 @@ __all__ = [
     "CallRecord",
     "CallSpan",
     "CellRecord",
+    "Checkpoint",
     "JournalEventRun",
     "MemoryWatch",
     "ModelTurn",
@@ -138,6 +145,7 @@ __all__ = [
     "StrictModel",
     "Telemetry",
     "ToolSource",
+    "Trial",
     "UntrustedLaunchState",
     "answer_approval",
     "blob_text",
@@ -149,6 +157,7 @@ __all__ = [
     "open_sources",
     "pending_approval",
     "pending_approvals",
+    "read_checkpoint",
     "sandbox_kernel_environment",
     "sandbox_owner_alive",
     "sandbox_owner_record",

@@ -29,6 +29,7 @@ import zmq
 from . import snapshot, wire
 
 UNBIND_WAIT = 5.0  # seconds for one socket's owner thread to let go of it
+SUBSCRIBE_WAIT = 10.0  # seconds the kernel resumed in place waits for the host's relay to subscribe to IOPub again
 
 
 class Hibernation:
@@ -52,10 +53,11 @@ class Hibernation:
             self._mark(wire.PAUSED_MARKER)
             while not os.path.exists(self._path(wire.RESUME_MARKER)):
                 time.sleep(0.005)  # the host checkpoints the sandbox during this wait
+            in_place = self._read(wire.RESUME_MARKER) == wire.RESUME_IN_PLACE
             snapshot.after_restore()
             self.after_resume()
             self._adopt_key()
-            self._take_up(endpoints)
+            self._take_up(endpoints, in_place)
             for name in (wire.PAUSED_MARKER, wire.RESUME_MARKER):
                 try:
                     os.unlink(self._path(name))
@@ -83,15 +85,15 @@ class Hibernation:
             _on_loop(app.control_thread.io_loop)(lambda: debug.disconnect(endpoints["shell"]))
         for name, sock, run in self._sockets():
             run(lambda sock=sock, name=name: sock.unbind(endpoints[name]))
+        heartbeat = app.heartbeat
+        heartbeat.context.term()  # its thread closes its socket and ends
+        heartbeat.join(UNBIND_WAIT)
         # The stdin socket has no loop polling it: its connections close when it handles its commands.
         for _ in range(200):
             app.stdin_socket.getsockopt(zmq.EVENTS)
             if not self._connected():
                 break
             time.sleep(0.005)
-        heartbeat = app.heartbeat
-        heartbeat.context.term()  # its thread closes its socket and ends
-        heartbeat.join(UNBIND_WAIT)
         if self.output_log is not None:
             self.output_log.close()  # reopened by its next write, in whichever sandbox that is
         return endpoints
@@ -127,21 +129,44 @@ class Hibernation:
         if isinstance(key, str):
             self.app.session.key = key.encode()
 
-    def _take_up(self, endpoints: dict[str, str]) -> None:
+    def _take_up(self, endpoints: dict[str, str], in_place: bool) -> None:
+        """Bind again: stdin and IOPub first, then (in place: once the host's relay subscribed to IOPub again, so
+        that no output of its next cell is published to nobody) control and shell."""
         from ipykernel.heartbeat import Heartbeat
 
         app = self.app
         heartbeat = Heartbeat(zmq.Context(), (app.transport, app.ip, app.hb_port))
         heartbeat.start()
         app.heartbeat = heartbeat
-        for name, sock, run in reversed(self._sockets()):
-            run(lambda sock=sock, name=name: sock.bind(endpoints[name]))
+        subscribed = threading.Event()
+        iopub = app.iopub_thread
+        welcome = iopub._send_welcome_message  # ipykernel's answer to each IOPub subscription
+
+        def welcomed(subscription: Any) -> None:
+            welcome(subscription)
+            subscribed.set()
+
+        iopub._send_welcome_message = welcomed
+        try:
+            for name, sock, run in reversed(self._sockets()):
+                if name == "control" and in_place:
+                    subscribed.wait(SUBSCRIBE_WAIT)
+                run(lambda sock=sock, name=name: sock.bind(endpoints[name]))
+        finally:
+            iopub._send_welcome_message = welcome
         debug = getattr(app, "debug_shell_socket", None)
         if debug is not None:
             _on_loop(app.control_thread.io_loop)(lambda: debug.connect(endpoints["shell"]))
 
     def _path(self, name: str) -> str:
         return os.path.join(self.folder, name)
+
+    def _read(self, name: str) -> str:
+        try:
+            with open(self._path(name)) as marker:
+                return marker.read(64).strip()
+        except OSError:
+            return ""
 
     def _mark(self, name: str) -> None:
         with open(self._path(name), "w") as marker:

@@ -24,7 +24,7 @@ CELL_EVENTS = frozenset({"cell-started", "output", "execute-input", "call-starte
                          "refusals-coalesced", "refusals-dropped", "late-output", "cell-aborted"})
 
 
-LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked")
+LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded")
 
 
 def live_note(record: dict[str, Any]) -> str:
@@ -33,8 +33,14 @@ def live_note(record: dict[str, Any]) -> str:
     if record["event"] == "session-paused":
         return f"**The session was paused at {record['time']}**: its kernel was saved as checkpoint `{checkpoint}`."
     if record["event"] == "session-forked":
-        return (f"**The session was forked at {record['time']}** into {int(record.get('forks') or 0)} sessions "
-                f"(checkpoint `{checkpoint}`); each has a notebook of its own that names this one.")
+        forks = record.get("forks")
+        into = f"into {int(forks)} sessions" if isinstance(forks, int) else "for a pool of sessions"
+        return (f"**The session was forked at {record['time']}** {into} (checkpoint `{checkpoint}`); each has a "
+                "notebook of its own that names this one.")
+    if record["event"] in ("trial-kept", "trial-discarded"):
+        verdict = "kept: the session goes on there" if record["event"] == "trial-kept" else "discarded"
+        return (f"**A trial cell ran in a fork** (`{str(record.get('notebook', ''))[:200]}`, "
+                f"{str(record.get('status', ''))[:20]}) and was {verdict}.")
     return (f"**The session was resumed at {record['time']}** from checkpoint `{checkpoint}`: its variables are "
             "as they were when it was paused.")
 

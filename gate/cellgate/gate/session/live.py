@@ -43,6 +43,7 @@ from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate._versions import versions
 from cellgate.gate.audit.journal import Journal
+from cellgate.gate.audit.record_paths import free_path
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.resume import Previous, read_previous, setup_changes
 from cellgate.gate.calls.approval import Approver
@@ -61,6 +62,7 @@ IMAGE = "image"
 MAC_PURPOSE = "cellgate-checkpoint"
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_IMAGE_FILES = 256
+MAX_FORKS = 100
 Kind = Literal["pause", "fork"]
 
 
@@ -184,11 +186,15 @@ async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[st
     if handle is None or not started.backend.can_checkpoint:
         raise SessionError(f"this session's sandbox backend ({started.backend.name}) cannot checkpoint a live kernel;"
                            " pause, resume and fork need the local gVisor backend, as root")
-    await asyncio.to_thread(started.service.pause_kernel, leave_running)
+    try:
+        await asyncio.to_thread(started.service.pause_kernel, leave_running)  # refused while a cell runs
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     try:
         made = await asyncio.to_thread(started.backend.checkpoint, handle, folder / IMAGE, leave_running)
     except BaseException:
-        started.service.kernel.exit_expected = False
+        started.service.pause_failed()
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return made.backend, made.key
@@ -207,11 +213,11 @@ async def pause(session: Session, path: str | Path | None) -> Checkpoint:
                           session_id=session_id, backend=backend, key=key)
 
 
-async def fork(session: Session, count: int, path: str | Path | None) -> tuple[Checkpoint, list[LaunchOptions]]:
-    """``Session.fork``: the kernel saved and left running; the launch options of ``count`` sessions that each
-    continue the saved kernel in a sandbox of their own."""
-    if not 1 <= count <= 100:
-        raise ConfigError(f"fork count {count!r} is not between 1 and 100; fork into fewer sessions")
+async def fork(session: Session, count: int | None, path: str | Path | None) -> Checkpoint:
+    """``Session.fork`` and ``Pool.from_session``: the kernel saved and left running, the parent's record saying
+    so (``count`` forks, or a pool's as many as it needs: None); sessions start from it with ``fork_options``."""
+    if count is not None and not 1 <= count <= MAX_FORKS:
+        raise ConfigError(f"fork count {count!r} is not between 1 and {MAX_FORKS}; fork into fewer sessions")
     if session.dead:
         raise SessionError("the session's kernel is stopped; restart it before forking")
     recorder = session.recorder
@@ -222,15 +228,18 @@ async def fork(session: Session, count: int, path: str | Path | None) -> tuple[C
     checkpoint_id = secrets.token_hex(8)
     recorder.event("session-forked", forks=count, checkpoint=checkpoint_id, sync=True)
     recorder.write_notebook()
-    checkpoint = write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
-                                session_id=session.provisioner.started.session_id, backend=backend, key=key)
-    parent = session.launch_options
-    options = []
-    for number in range(1, count + 1):
-        metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": count}}
-        fork_notebook = None if parent.notebook is None else notebook.with_name(f"{notebook.stem}.fork-{number}.ipynb")
-        options.append(replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=fork_notebook))
-    return checkpoint, options
+    return write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
+                          session_id=session.provisioner.started.session_id, backend=backend, key=key)
+
+
+def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of: int | None) -> LaunchOptions:
+    """The launch options of fork ``number`` of ``checkpoint``: the parent's, its kernel restored, its own notebook
+    (beside the parent's when that was named, else a new timestamped one) whose metadata names the parent."""
+    metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": of}}
+    notebook = None
+    if parent.notebook is not None:
+        notebook = free_path(checkpoint.notebook.with_name(f"{checkpoint.notebook.stem}.fork-{number}.ipynb"))
+    return replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=notebook)
 
 
 def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
@@ -287,4 +296,4 @@ class Continuation:
         return gate
 
 
-__all__ = ["Checkpoint", "fork", "pause", "read_checkpoint", "resume_options"]
+__all__ = ["Checkpoint", "fork", "fork_options", "pause", "read_checkpoint", "resume_options"]

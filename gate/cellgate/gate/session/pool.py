@@ -6,17 +6,23 @@ session is never reused: ``release()`` shuts it down, so no state or file
 crosses from one user to the next. ``max_sessions`` caps how many exist at
 once; past it, ``acquire()`` waits up to ``acquire_timeout`` and then raises
 ``PoolExhausted`` saying so.
+
+``Pool.from_session`` warms a pool from a running session instead: every
+session it hands out is a fork of that session's kernel as it was (data
+loaded, modules imported), restored from one checkpoint (``session.live``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cellgate.gate._errors import PoolExhausted
 from cellgate.gate.audit.record_paths import existing_parts
+from cellgate.gate.session import live
 from cellgate.gate.session.session import Session
 
 
@@ -35,8 +41,22 @@ class Pool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._starting: set[asyncio.Task[Any]] = set()  # past the slot: a sandbox is being started
         self._numbers = itertools.count(1)
+        self._forks = itertools.count(1)
         self._closed = False
         self._errors: list[BaseException] = []
+        self._make: Callable[[dict[str, Any], int], Session] = lambda options, _number: Session(**options)
+
+    @classmethod
+    async def from_session(cls, session: Session, size: int, *, max_sessions: int | None = None,
+                           acquire_timeout: float = 60.0, path: str | Path | None = None) -> Pool:
+        """A started pool of forks of ``session`` as it is now (its kernel saved once, into the new folder
+        ``path``; the session goes on): each acquired session holds what ``session`` held, with its own
+        sandbox, gate and notebook naming ``session``'s."""
+        checkpoint = await live.fork(session, None, path)
+        pool = cls(size, max_sessions=max_sessions, acquire_timeout=acquire_timeout)
+        pool._make = lambda _options, number: session._forked(
+            live.fork_options(checkpoint, session.launch_options, number, None))
+        return await pool.start()
 
     async def start(self) -> Pool:
         for _ in range(self.size):
@@ -65,7 +85,7 @@ class Pool:
         options = dict(self._options)
         if self._notebook_dir is not None:
             options["notebook"] = self._next_notebook(self._notebook_dir)
-        session = Session(**options)
+        session = self._make(options, next(self._forks))
         try:
             await session.start()
         except BaseException as exc:

@@ -123,6 +123,38 @@ class CellResult:
         )
 
 
+class Trial:
+    """A cell run in a fork of a session (``Session.trial``), waiting to be kept or discarded."""
+
+    def __init__(self, session: Session, fork: Session, result: CellResult) -> None:
+        self.session = session
+        self.fork = fork
+        self.result = result
+        self.decided: Literal["kept", "discarded"] | None = None
+
+    def _decide(self, decision: Literal["kept", "discarded"]) -> None:
+        if self.decided is not None:
+            raise SessionError(f"this trial was {self.decided} already")
+        self.decided = decision
+        self.session.recorder.event(f"trial-{decision}", sync=True, notebook=self.fork.notebook_path.name,
+                                    status=self.result.status)
+
+    async def keep(self) -> Session:
+        """The fork becomes the session (the same object, driving the fork's kernel and notebook from now on); the
+        session's own kernel and record end, the record naming the notebook it goes on in."""
+        self._decide("kept")
+        session, fork = self.session, self.fork
+        session.provisioner.ending = ("session-ended", {"continued_in": fork.notebook_path.name})
+        session.__dict__, fork.__dict__ = fork.__dict__, session.__dict__
+        await fork.shutdown()  # the session's former kernel and record
+        return session
+
+    async def discard(self) -> None:
+        """The fork ends; the session is as it was before the trial."""
+        self._decide("discarded")
+        await self.fork.shutdown()
+
+
 class Session:
     """One sandboxed kernel with its tools, gate and audit notebook.
 
@@ -267,18 +299,32 @@ class Session:
         """``count`` started sessions, each continuing this kernel as it is now in a sandbox of its own, with its
         own gate (budgets from nothing, no approvals carried over) and notebook naming this one; this session
         goes on. ``path``: the new folder of the checkpoint they start from (default: beside the notebook)."""
-        _, launches = await live.fork(self, count, path)
-        forks = []
-        for options in launches:
-            forked = Session()
-            forked._options, forked._cwd = options, self._cwd
-            forks.append(forked)
+        checkpoint = await live.fork(self, count, path)
+        forks = [self._forked(live.fork_options(checkpoint, self._options, number, count))
+                 for number in range(1, count + 1)]
         started = await asyncio.gather(*(f.start() for f in forks), return_exceptions=True)
         failures = [r for r in started if isinstance(r, BaseException)]
         if failures:
             await asyncio.gather(*(f.shutdown() for f in forks), return_exceptions=True)
             raise failures[0]
         return forks
+
+    def _forked(self, options: LaunchOptions) -> Session:
+        forked = Session()
+        forked._options, forked._cwd = options, self._cwd
+        return forked
+
+    async def trial(self, code: str, timeout: float | None = None) -> Trial:
+        """Run ``code`` as a cell in a fork of this session, not here: ``Trial.result`` says what it did; then
+        ``await trial.keep()`` makes the fork this session (its notebook goes on; this one ends saying so) or
+        ``await trial.discard()`` drops it (this session is as it was). Both records say which was kept."""
+        [fork] = await self.fork(1)
+        try:
+            result = await fork.execute(code, timeout)
+        except BaseException:
+            await fork.shutdown()
+            raise
+        return Trial(self, fork, result)
 
     async def __aenter__(self) -> Session:
         return await self.start()

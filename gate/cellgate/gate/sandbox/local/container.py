@@ -214,16 +214,35 @@ class Sandbox:
             raise SandboxError("the checkpoint was made by a sandbox of another configuration (its limits, image, "
                                "environment, runsc or the kernel's code differ from this session's); resume it with "
                                "the settings and cellgate it was made with")
-        marker = self.path("ipc", wire.RESUME_MARKER)  # the kernel goes on as soon as it is restored
-        marker.write_text("resume\n")
-        os.chown(marker, oci.SANDBOX_UID, oci.SANDBOX_GID)
+        self._put_resume_marker("restored")  # the kernel goes on as soon as it is restored
         return self.restore.image
 
     def checkpoint(self, image: Path, leave_running: bool, timeout: float) -> str:
-        """Save this sandbox once its kernel says it let go of its sockets; returns its configuration key."""
+        """Save this sandbox once its kernel says it let go of its sockets; returns its configuration key. If it
+        fails, the kernel is told to take its sockets up again and the sandbox goes on as it was."""
         assert self.config.runsc is not None
         if self.rootless:
             raise SandboxError(f"a sandbox cannot be checkpointed without root here: {enforcement.NO_RESTORE_ROOTLESS}")
+        try:
+            self._wait_paused(timeout)
+            done = subprocess.run(
+                oci.checkpoint_argv(self.config.runsc.path, str(self.path("state")), self.id, str(image),
+                                    leave_running=leave_running),
+                capture_output=True, text=True, timeout=max(timeout, 600), env={"PATH": HOST_PATH})
+            if done.returncode != 0:
+                first = next((line for line in done.stderr.splitlines() if line.strip()), "")
+                raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}")
+        except subprocess.TimeoutExpired:
+            self._resume_in_place()
+            raise SandboxError("runsc checkpoint did not finish in time") from None
+        except BaseException:
+            self._resume_in_place()
+            raise
+        if leave_running:
+            self._resume_in_place()
+        return self.configuration_key()
+
+    def _wait_paused(self, timeout: float) -> None:
         paused = self.path("ipc", wire.PAUSED_MARKER)
         deadline = time.monotonic() + timeout
         while not paused.exists():
@@ -231,21 +250,18 @@ class Sandbox:
                 raise SandboxError(f"the kernel did not let go of its sockets for the checkpoint within {timeout:g} s"
                                    f": {self.log_tail(500)}")
             time.sleep(0.005)  # polling the socket folder for the kernel's marker
-        try:
-            done = subprocess.run(
-                oci.checkpoint_argv(self.config.runsc.path, str(self.path("state")), self.id, str(image),
-                                    leave_running=leave_running),
-                capture_output=True, text=True, timeout=max(timeout, 600), env={"PATH": HOST_PATH})
-        except subprocess.TimeoutExpired:
-            raise SandboxError("runsc checkpoint did not finish in time") from None
-        if done.returncode != 0:
-            first = next((line for line in done.stderr.splitlines() if line.strip()), "")
-            raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}")
-        if leave_running:
-            marker = self.path("ipc", wire.RESUME_MARKER)
-            marker.write_text("resume\n")
-            os.chown(marker, oci.SANDBOX_UID, oci.SANDBOX_GID)
-        return self.configuration_key()
+
+    def _resume_in_place(self) -> None:
+        """Tell this sandbox's paused kernel to take up its sockets again (a fork's parent, a failed checkpoint)."""
+        if self.poll() is None:
+            self._put_resume_marker(wire.RESUME_IN_PLACE)
+
+    def _put_resume_marker(self, how: str) -> None:
+        """Whole or absent: the kernel reads it the moment it appears."""
+        partial = self.path("ipc", f".{wire.RESUME_MARKER}")
+        partial.write_text(how + "\n")
+        os.chown(partial, oci.SANDBOX_UID, oci.SANDBOX_GID)
+        os.rename(partial, self.path("ipc", wire.RESUME_MARKER))
 
     # -- snapshots
     def _snapshot_image(self) -> str | None:

@@ -192,6 +192,10 @@ class Relay:
         while a cell runs. Unless its sandbox is ``leave_running`` (a fork's parent), its stop is no death."""
         self._call(self._pause_kernel(leave_running))
 
+    def pause_failed(self) -> None:
+        """The checkpoint failed and the kernel took its sockets up again: its exit is a death again."""
+        self.kernel.exit_expected = False
+
     async def _pause_kernel(self, leave_running: bool) -> None:
         running = self.cells.running()
         if running is not None:
