@@ -27,6 +27,7 @@ from typing import Any
 
 import data_path
 import data_stack
+import live
 import load
 from jupyter_client import AsyncKernelManager
 
@@ -384,7 +385,7 @@ def machine() -> dict:
 
 
 SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
-            "frontend", "data", "datapath", "load")
+            "frontend", "data", "datapath", "load", "live")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -476,6 +477,10 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
             row(f"  {held['sessions']} concurrent starts (goal >= 2)", [held["starts_per_s"]], unit="starts/s"),
             row("  host memory per idle session, free delta (goal <= 64)", [held["idle_mb_per_session"]], unit="MB"),
         ]
+    if "live" in args.only:
+        (folder / "live").mkdir()
+        quick = args.quick
+        rows += live.rows(await live.live(folder / "live", 2 if quick else 5, 10, 1 if quick else 3), row)
     return rows, note
 
 
