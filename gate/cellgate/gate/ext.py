@@ -65,9 +65,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they are imported 
     from cellgate.gate.sandbox.liveness import owner_state as sandbox_owner_state
     from cellgate.gate.sandbox.liveness import this_process as sandbox_owner_record
     from cellgate.gate.session.launcher_state import UntrustedState as UntrustedLaunchState
+    from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.session.live import Checkpoint, read_checkpoint
     from cellgate.gate.session.session import Trial
-    from cellgate.gate.session.launcher_state import recording as kernel_recording
     from cellgate.gate.telemetry import CallSpan, ModelTurn, Telemetry
 
 # name here -> "module" (same name there) or "module:name"
@@ -150,7 +150,6 @@ __all__ = [
     "answer_approval",
     "blob_text",
     "clean_for_terminal",
-    "reveal_for_terminal",
     "close_sources",
     "find_config",
     "kernel_recording",
@@ -158,6 +157,7 @@ __all__ = [
     "pending_approval",
     "pending_approvals",
     "read_checkpoint",
+    "reveal_for_terminal",
     "sandbox_kernel_environment",
     "sandbox_owner_alive",
     "sandbox_owner_record",

@@ -17,6 +17,7 @@ pause while a cell runs or a call waits).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -84,7 +85,7 @@ class Hibernation:
         if debug is not None:  # the debugger's own connection to the shell socket
             _on_loop(app.control_thread.io_loop)(lambda: debug.disconnect(endpoints["shell"]))
         for name, sock, run in self._sockets():
-            run(lambda sock=sock, name=name: sock.unbind(endpoints[name]))
+            run(functools.partial(sock.unbind, endpoints[name]))
         heartbeat = app.heartbeat
         heartbeat.context.term()  # its thread closes its socket and ends
         heartbeat.join(UNBIND_WAIT)
@@ -135,7 +136,7 @@ class Hibernation:
         from ipykernel.heartbeat import Heartbeat
 
         app = self.app
-        heartbeat = Heartbeat(zmq.Context(), (app.transport, app.ip, app.hb_port))
+        heartbeat = Heartbeat(zmq.Context(), (app.transport, app.ip, app.hb_port))  # type: ignore[no-untyped-call]
         heartbeat.start()
         app.heartbeat = heartbeat
         subscribed = threading.Event()
@@ -151,7 +152,7 @@ class Hibernation:
             for name, sock, run in reversed(self._sockets()):
                 if name == "control" and in_place:
                     subscribed.wait(SUBSCRIBE_WAIT)
-                run(lambda sock=sock, name=name: sock.bind(endpoints[name]))
+                run(functools.partial(sock.bind, endpoints[name]))
         finally:
             iopub._send_welcome_message = welcome
         debug = getattr(app, "debug_shell_socket", None)

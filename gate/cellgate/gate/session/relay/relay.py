@@ -38,7 +38,6 @@ import zmq
 import zmq.asyncio
 
 from cellgate.gate._errors import SessionError
-from cellgate.kernel.wire import PAUSE_COMM
 from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
 from cellgate.gate.calls.asking import Waiting
@@ -55,6 +54,7 @@ from cellgate.gate.session.kernel.watch import KernelEnd, KernelWatch, signing_s
 from cellgate.gate.session.relay import notices, relaywire
 from cellgate.gate.session.relay.call_relay import CallRelay
 from cellgate.gate.session.relay.taps import Taps
+from cellgate.kernel.wire import PAUSE_COMM
 
 __all__ = ["CellTimeouts", "Relay"]
 
