@@ -184,7 +184,7 @@ def paused(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     async def pause() -> Path:
         session = await Session(tools=[str(SAMPLE_TOOLS)], notebook=folder / "run.ipynb", cwd=folder).start()
-        await session.execute("kept = 42")
+        await session.execute("kept = 42; token = tools.issue_token(user='ann')['token']")
         return await session.checkpoint(folder / "checkpoint")
 
     return asyncio.run(pause())
@@ -242,9 +242,41 @@ def test_a_checkpoint_is_resumed_once_and_only_with_the_setup_it_was_made_with(p
 
     async def resume() -> str:
         async with Session.resume(paused, tools=[str(SAMPLE_TOOLS)], cwd=tmp_path) as session:
-            return (await session.execute("print(kept)")).stdout
+            return (await session.execute("print(kept, token)")).stdout
 
-    assert asyncio.run(resume()) == "42\n"
+    shown = asyncio.run(resume())
+    assert shown.startswith("42 [secret") and "s3cr3t" not in shown  # the resumed gate knows the paused one's secrets
+    journal = paused.parent / "run.journal.jsonl"
+    assert "s3cr3t" not in journal.read_text() and "session-resumed" in journal.read_text()
     with pytest.raises(SessionError) as again:
         Session.resume(paused, tools=[str(SAMPLE_TOOLS)], cwd=tmp_path)
     assert "it was resumed already; a checkpoint is resumed once" in str(again.value)
+
+
+def test_cellgate_exec_pauses_resumes_and_tries_a_program_in_a_fork(tmp_path: Path) -> None:
+    (tmp_path / "define.py").write_text("x = 1\nprint('defined', x)\n")
+    (tmp_path / "fails.py").write_text("x = 100\n1 / 0\n")
+    (tmp_path / "show.py").write_text("print('x is', x)\n")
+    tools = ["--tools", str(SAMPLE_TOOLS)]
+    first = cellgate("exec", "define.py", *tools, "--notebook", "run.ipynb", "--checkpoint", "cp1", cwd=tmp_path)
+    assert first.returncode == 0 and first.stdout == "defined 1\n", first.stderr
+    assert f"paused: {tmp_path / 'cp1'}" in first.stderr
+    tried = cellgate("exec", "--resume", "cp1", "--trial", "fails.py", *tools, "--checkpoint", "cp2", cwd=tmp_path)
+    assert tried.returncode == 1 and "trial fails.py: discarded" in tried.stderr and "ZeroDivisionError" in tried.stderr
+    shown = cellgate("exec", "--resume", "cp2", "show.py", *tools, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout == "x is 1\n", shown.stderr  # the failed trial changed nothing
+    record = events(tmp_path / "run.ipynb")
+    assert record.count("session-paused") == 2 and record.count("session-resumed") == 2
+    assert "trial-discarded" in record and record[-1] == "session-ended"
+    assert cellgate("verify", str(tmp_path / "run.ipynb")).returncode == 0
+
+
+def test_a_sync_session_pauses_and_resumes(tmp_path: Path) -> None:
+    from cellgate.gate import SyncSession
+
+    with SyncSession(tools=[str(SAMPLE_TOOLS)], notebook=tmp_path / "run.ipynb", cwd=tmp_path) as session:
+        session.execute("rows = [1, 2, 3]")
+        folder = session.checkpoint(tmp_path / "paused")
+    with SyncSession.resume(folder, tools=[str(SAMPLE_TOOLS)], cwd=tmp_path) as again:
+        assert again.execute("print(sum(rows))").stdout == "6\n"
+        assert again.notebook_path == tmp_path / "run.ipynb"

@@ -30,7 +30,7 @@ import zmq
 from . import snapshot, wire
 
 UNBIND_WAIT = 5.0  # seconds for one socket's owner thread to let go of it
-SUBSCRIBE_WAIT = 10.0  # seconds the kernel resumed in place waits for the host's relay to subscribe to IOPub again
+SUBSCRIBE_WAIT = 5.0  # seconds the kernel resumed in place waits for the host's relay to subscribe to IOPub again
 
 
 class Hibernation:
@@ -41,31 +41,47 @@ class Hibernation:
         self.output_log = output_log
         self.after_resume = after_resume  # the kernel's own: its comms opened anew for the host serving it now
         self.folder = os.path.dirname(str(app.ip))  # the socket folder (ipc endpoints are ``<folder>/k-<port>``)
-        self._busy = threading.Lock()
+        self._lock = threading.Lock()
+        self._wanted = False  # a pause was asked for and not begun
+        self._running = False  # the pause thread runs
 
     def request(self) -> None:
-        """The host asked (on the control thread): pause on a thread of its own, once at a time."""
-        if self._busy.acquire(blocking=False):
-            threading.Thread(target=self._pause_and_resume, name="cellgate-pause", daemon=True).start()
+        """The host asked (on the control thread): pause on a thread of its own. A request that arrives while a
+        pause is still being taken back (the kernel bound control before it was done) pauses again after it."""
+        with self._lock:
+            self._wanted = True
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._serve, name="cellgate-pause", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                if not self._wanted:
+                    self._running = False
+                    return
+                self._wanted = False
+            try:
+                self._pause_and_resume()
+            except Exception:  # noqa: BLE001 - no pause marker: the host's wait for it fails and says so
+                self.app.log.exception("cellgate: the kernel could not pause")
 
     def _pause_and_resume(self) -> None:
-        try:
-            endpoints = self._let_go()
-            self._mark(wire.PAUSED_MARKER)
-            while not os.path.exists(self._path(wire.RESUME_MARKER)):
-                time.sleep(0.005)  # the host checkpoints the sandbox during this wait
-            in_place = self._read(wire.RESUME_MARKER) == wire.RESUME_IN_PLACE
-            snapshot.after_restore()
-            self.after_resume()
-            self._adopt_key()
-            self._take_up(endpoints, in_place)
-            for name in (wire.PAUSED_MARKER, wire.RESUME_MARKER):
-                try:
-                    os.unlink(self._path(name))
-                except OSError:
-                    pass
-        finally:
-            self._busy.release()
+        endpoints = self._let_go()
+        self._mark(wire.PAUSED_MARKER)
+        while not os.path.exists(self._path(wire.RESUME_MARKER)):
+            time.sleep(0.005)  # the host checkpoints the sandbox during this wait
+        in_place = self._read(wire.RESUME_MARKER) == wire.RESUME_IN_PLACE
+        for name in (wire.PAUSED_MARKER, wire.RESUME_MARKER):  # gone before any socket is bound: never stale
+            try:
+                os.unlink(self._path(name))
+            except OSError:
+                pass
+        snapshot.after_restore()
+        self.after_resume()
+        self._adopt_key()
+        self._take_up(endpoints, in_place)
 
     # -- letting go
     def _sockets(self) -> list[tuple[str, Any, Callable[[Callable[[], None]], None]]]:

@@ -1,4 +1,4 @@
-"""``[mcp]`` of cellgate.toml: the MCP servers whose tools a session gets.
+"""``[mcp]`` of cellgate.toml: the MCP servers whose tools a session gets, and ``cellgate mcp serve``'s settings.
 
 Registered as a config section through the ``cellgate.config_sections`` entry
 point; read with ``settings.section("mcp", McpConfig)``. Light on purpose
@@ -109,6 +109,13 @@ class McpConfig(StrictModel):
     servers: dict[str, McpServer] = Field(default_factory=dict)
     auth: McpAuth | None = None
     quotas: McpQuotas = Field(default_factory=McpQuotas)
+    idle_pause: float = Field(default=0.0, ge=0, description="cellgate mcp serve: seconds after which an unused "
+                              "session is paused into a checkpoint and its sandbox freed (0: never); its next call "
+                              "resumes it, variables and all")
+    pause_on_stop: bool = Field(default=True, description="cellgate mcp serve: when the server stops, pause its "
+                                "sessions into checkpoints (a restarted server resumes them) instead of ending them")
+    state_dir: str | None = Field(default=None, description="cellgate mcp serve: the folder of its paused sessions "
+                                  "(this user's alone); default: mcp-serve in [audit] dir")
 
     @field_validator("servers")
     @classmethod

@@ -3,8 +3,9 @@
 Tools: ``execute_python(code, session)`` runs one cell in a sandboxed, gated,
 recorded session; ``search_tools(query)`` and ``describe_tool(name)`` find the
 session's tools; ``upload_file`` and ``download_file`` move a file in or out
-(``file_tools``); ``close_session(session)`` ends one. Each session's audit
-notebook is the resource ``cellgate://sessions/{session}/notebook``.
+(``file_tools``); ``fork_session(session, count)`` continues one session's kernel in new sessions;
+``close_session(session)`` ends one. Each session's audit notebook is the resource
+``cellgate://sessions/{session}/notebook``.
 
 MCP 2026-07-28 has no protocol sessions (every request stands alone), so,
 as the protocol recommends (SEP-2567), state lives behind a handle the server
@@ -12,7 +13,10 @@ mints: the first ``execute_python`` without ``session`` starts a sandboxed
 kernel and returns its handle, a 128-bit random capability the client passes
 back to keep its variables. Over stdio (one client per process) a call
 without a handle reuses that client's one session. Sessions end with
-``close_session``, after ``idle_timeout`` seconds unused, or when the server stops.
+``close_session`` or after ``idle_timeout`` seconds unused. With a backend that can checkpoint (local gVisor, as
+root) a session unused for ``[mcp] idle_pause`` seconds is paused and its sandbox freed, and when the server stops
+its sessions are paused (``[mcp] pause_on_stop``); the next call with the handle, in this process or a restarted
+server's, resumes it with its variables (``sessions``, ``parked``).
 
 Over HTTP with ``[mcp.auth]`` every request carries a bearer token (``auth``),
 a handle is good only in the hands of the principal that started its session,
@@ -29,8 +33,9 @@ from typing import Annotated, Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from opentelemetry import propagate
+from pydantic import BaseModel, Field
 
 from cellgate.gate import ConfigError, Settings, ToolRegistry
 from cellgate.gate.ext import close_sources, open_sources, stub_signature
@@ -42,7 +47,16 @@ from .cell_view import CellOutput, cell_content, cell_output
 from .cell_view import cell_text as cell_text  # what execute_python's text content is, for tests
 from .config import McpConfig
 from .listen import transport_security
-from .sessions import Sessions
+from .parked import Parking
+from .sessions import MAX_FORKS, Sessions
+
+
+class Forked(BaseModel):
+    """The structuredContent of fork_session."""
+
+    session: str = Field(description="the session that was copied (it goes on)")
+    forks: list[str] = Field(description=f"the new sessions' handles (at most {MAX_FORKS}), each to pass back as "
+                                         "`session`")
 
 
 def catalog(settings: Settings, tools: list[str]) -> list[dict[str, Any]]:
@@ -52,14 +66,24 @@ def catalog(settings: Settings, tools: list[str]) -> list[dict[str, Any]]:
     return registry.manifest()
 
 
+def state_folder(settings: Settings, config: McpConfig) -> Path:
+    """Where the server keeps its paused sessions: ``[mcp] state_dir``, or ``mcp-serve`` in ``[audit] dir``."""
+    return settings.resolve(config.state_dir) if config.state_dir else settings.resolve(settings.audit.dir) / "mcp-serve"
+
+
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
                  idle_timeout: float = 1800.0, url: str | None = None) -> MCPServer:
     """The server; ``url`` (where it is reached over HTTP) is given when ``[mcp.auth]`` is to be enforced."""
     config = settings.section("mcp", McpConfig)
     manifest = catalog(settings, options.get("tools") or [])
     signatures = {t["name"]: stub_signature(t, shown=True) for t in manifest}
+    if config.idle_pause and config.idle_pause >= idle_timeout:
+        raise ConfigError(f"[mcp] idle_pause = {config.idle_pause:g} is not below --idle-timeout {idle_timeout:g}: "
+                          "sessions would end before they pause; lower idle_pause or raise --idle-timeout")
+    parking = Parking(state_folder(settings, config))
     sessions = Sessions(options, single_client, max_sessions, idle_timeout, pool_size=settings.sandbox.pool,
-                        quotas=config.quotas)
+                        quotas=config.quotas, parking=parking, idle_pause=config.idle_pause,
+                        pause_on_stop=config.pause_on_stop)
     auth, verifier = None, None
     if config.auth is not None and url is not None:
         auth = auth_settings(config.auth, url)
@@ -117,12 +141,28 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         await sessions.close(session, current_principal())
         return f"closed session {session}"
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    async def fork_session(session: str, count: int = 1) -> Annotated[CallToolResult, Forked]:
+        """Copy a session: `count` new sessions, each starting with this session's variables, imports and files as
+        they are now, in a sandbox of its own; changes in one are not seen by the others. The session goes on.
+
+        Args:
+            session: The handle of the session to copy.
+            count: How many copies (1 to the number of sessions you may still open).
+        """
+        handles = await sessions.fork(session, current_principal(), count)
+        forked = Forked(session=session, forks=handles)
+        return CallToolResult(content=[TextContent(text=f"forked session {session} into {len(handles)}: "
+                                                        + ", ".join(handles))],
+                              structured_content=forked.model_dump(mode="json"))
+
     file_tools.register(server, sessions, settings.sandbox.file_limit_mb << 20)
 
     @server.resource("cellgate://sessions/{session}/notebook", mime_type="application/x-ipynb+json",
                      description="The audit notebook of a session: every cell, its outputs and its gated calls.")
-    def notebook(session: str) -> str:
-        return sessions.notebook(session, current_principal()).read_text(encoding="utf-8")
+    async def notebook(session: str) -> str:
+        path = await sessions.notebook(session, current_principal())
+        return path.read_text(encoding="utf-8")
 
     return server
 

@@ -1,4 +1,8 @@
-"""How ``cellgate mcp serve`` stops on SIGTERM: every session closed, its sandbox (a pod) deleted, first.
+"""How ``cellgate mcp serve`` stops on SIGTERM: every session paused or closed, its sandbox (a pod) deleted, first.
+
+With ``[mcp] pause_on_stop`` (the default) a session whose backend can checkpoint (local gVisor, as root) is
+paused into the server's state folder instead of ended (``Sessions.close_all``): the server started again resumes
+it on the next call with its handle, for its owner. The others are ended.
 
 Over HTTP uvicorn turns SIGTERM into the app's shutdown (the lifespan's end) and then ends the process by the
 signal. Over stdio nothing would: SIGTERM's default action ends the process there, its sessions' sandboxes (on
@@ -17,7 +21,8 @@ import anyio
 import anyio.abc
 from mcp.server.mcpserver import MCPServer
 
-CLOSE_BOUND = 180.0  # seconds closing every session may take at the end (each pod's deletion waits up to 30 s)
+CLOSE_BOUND = 180.0  # seconds closing every session may take at the end (a pod's deletion waits up to 30 s, a
+# checkpoint takes ~4 s and the sessions are paused at once)
 
 _terminated = False  # SIGTERM came while run_stdio served
 

@@ -70,13 +70,30 @@ class SecretScrubber:
                     if form not in self._markers:
                         self._markers[form] = marker
                         new.append(form)
-            if not new:
-                return
-            levels = [*self._levels, _compile(new)]
-            while len(levels) >= 2 and len(levels[-1][0]) >= len(levels[-2][0]):
-                top, below = levels.pop(), levels.pop()
-                levels.append(_compile(below[0] + top[0]))
-            self._levels = tuple(levels)  # swapped whole: readers on other threads see the old or the new
+            self._grow(new)
+
+    def known(self) -> dict[str, str]:
+        """Every form of every secret seen, with its marker: what a paused or forked session's gate must know
+        again (kept with its checkpoint, ``session.live``)."""
+        with self._lock:
+            return dict(self._markers)
+
+    def restore(self, markers: dict[str, str]) -> None:
+        """Know again the secrets another gate of this session knew (``known``)."""
+        with self._lock:
+            new = [form for form in markers if form not in self._markers]
+            self._markers.update((form, markers[form]) for form in new)
+            self._grow(new)
+
+    def _grow(self, new: list[str]) -> None:
+        """Add the automaton of ``new`` forms (under the lock)."""
+        if not new:
+            return
+        levels = [*self._levels, _compile(new)]
+        while len(levels) >= 2 and len(levels[-1][0]) >= len(levels[-2][0]):
+            top, below = levels.pop(), levels.pop()
+            levels.append(_compile(below[0] + top[0]))
+        self._levels = tuple(levels)  # swapped whole: readers on other threads see the old or the new
 
     def scrub_text(self, text: str) -> str:
         """``text`` with every occurrence of a known secret replaced by its marker (one scan per level)."""

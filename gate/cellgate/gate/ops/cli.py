@@ -97,8 +97,11 @@ async def _exec(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.timeout:
         overrides["cell_timeout"] = args.timeout
-    async with Session(config=args.config, tools=args.tools, notebook=args.notebook,
-                       isolation=args.isolation, **overrides) as session, waiting_notices(session):
+    if args.resume and args.notebook:
+        raise ConfigError("--resume goes on in the paused session's own notebook; leave out --notebook")
+    options: dict[str, Any] = {"config": args.config, "tools": args.tools, "isolation": args.isolation, **overrides}
+    opened = Session.resume(args.resume, **options) if args.resume else Session(notebook=args.notebook, **options)
+    async with opened as session, waiting_notices(session):
         if session.sandbox_info.get("isolation") == "none":
             err.print("[bold yellow]warning:[/] --isolation=none: the code runs WITHOUT gVisor (development only)")
         for line in where_it_records(session.recorder):
@@ -107,7 +110,15 @@ async def _exec(args: argparse.Namespace) -> int:
             say(err, (line, "dim"))
         failed = 0
         for name, code in programs:
-            result = await session.execute(code, on_output=print_output)  # printed as they come
+            if args.trial:  # in a fork: kept if it succeeds, else the session stays as it was
+                trial = await session.trial(code)
+                for output in trial.result.outputs:
+                    print_output(output)
+                result = trial.result
+                await (trial.keep() if result.ok else trial.discard())
+                say(err, (f"trial {name}: {'kept' if result.ok else 'discarded'}", "dim"))
+            else:
+                result = await session.execute(code, on_output=print_output)  # printed as they come
             if not result.ok:
                 say(err, (f"cell {name} ended with status {result.status}", "red"),
                     f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "",
@@ -120,6 +131,8 @@ async def _exec(args: argparse.Namespace) -> int:
             for line in await exec_files.download_outputs(session, outputs):
                 say(err, (line, "dim"))
         say(err, (f"audit notebook: {session.notebook_path}", "dim"))
+        if args.checkpoint:  # paused, not ended: `cellgate exec --resume` goes on from here
+            say(err, (f"paused: {await session.checkpoint(args.checkpoint)} (cellgate exec --resume it)", "dim"))
     return 1 if failed else 0
 
 
@@ -139,6 +152,14 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="PATH[:DEST]",
                    help="download a file from the sandbox after the last cell, if every cell succeeded (DEST: where "
                         "on this host; default its name here); recorded by sha256; repeat for more")
+
+    p.add_argument("--checkpoint", metavar="DIR", help="at the end, pause the session into the new folder DIR "
+                   "(its kernel saved with its variables) instead of ending it")
+    p.add_argument("--resume", metavar="DIR", help="go on from a session paused with --checkpoint (or "
+                   "Session.checkpoint): its notebook continues, its variables are there; give the same --config "
+                   "and --tools")
+    p.add_argument("--trial", action="store_true", help="run each program in a fork of the session: kept if it "
+                   "succeeds, discarded (the session as it was) if not; the record says which")
 
     def run(a: argparse.Namespace) -> int:
         import asyncio

@@ -192,7 +192,6 @@ class SandboxBackend(ABC):
     """
 
     name: ClassVar[str] = ""  # the name it is registered under in ``cellgate.sandbox_backends``
-    can_checkpoint: ClassVar[bool] = False  # ``checkpoint`` and ``SandboxRequest.restore`` work
     binds_package_layer: ClassVar[bool] = False  # binds ``SandboxRequest.package_layer`` (``%pip install``)
 
     def __init__(self, settings: BackendSettings) -> None:
@@ -256,6 +255,10 @@ class SandboxBackend(ABC):
         network, how it started. JSON values only; never a key or credential."""
 
     # ------------------------------------------------------------------ optional: defaults say "not available"
+    def checkpointable(self, handle: SandboxHandle) -> bool:
+        """Whether ``checkpoint`` works for this sandbox (and ``SandboxRequest.restore`` for one like it)."""
+        return False
+
     def checkpoint(self, handle: SandboxHandle, image: Path, leave_running: bool) -> Checkpointed:
         """Save the paused kernel's sandbox (the kernel let go of its sockets: ``cellgate.kernel.hibernate``) into the
         new folder ``image``; the sandbox stops, or with ``leave_running`` goes on (a fork's parent) and its kernel

@@ -51,7 +51,7 @@ from cellgate.gate.calls.dispatch import CallLog, Dispatcher
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.sandbox.backend import Restore
-from cellgate.gate.session.launch import LaunchOptions
+from cellgate.gate.session.launch import GateFactory, LaunchOptions
 
 if TYPE_CHECKING:
     from cellgate.gate.session.session import Session
@@ -60,7 +60,7 @@ FORMAT = 1
 MANIFEST = "checkpoint.json"
 IMAGE = "image"
 MAC_PURPOSE = "cellgate-checkpoint"
-MAX_MANIFEST_BYTES = 1 << 20
+MAX_MANIFEST_BYTES = 16 << 20
 MAX_IMAGE_FILES = 256
 MAX_FORKS = 100
 Kind = Literal["pause", "fork"]
@@ -78,6 +78,7 @@ class Checkpoint:
     restore: Restore
     id: str  # how the records name it
     digest: str  # of its manifest
+    secrets: dict[str, str]  # what the session's gate knew as secret (form -> marker): its kernel may hold them
 
     def record_of(self) -> dict[str, Any]:
         """How a fork's metadata names its parent."""
@@ -121,8 +122,9 @@ def _image_files(image: Path) -> dict[str, str]:
 
 
 def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Path, journal: Journal,
-                   session_id: str, backend: str, key: str) -> Checkpoint:
+                   session_id: str, backend: str, key: str, secrets: dict[str, str]) -> Checkpoint:
     body = {
+        "secrets": secrets,
         "format": FORMAT, "cellgate": _version(), "kind": kind, "id": checkpoint_id, "made": utcnow(),
         "notebook": str(notebook),
         "journal": {"seq": journal.seq, "hash": journal.head}, "session_id": session_id,
@@ -174,8 +176,10 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def _checkpoint(folder: Path, body: dict[str, Any], digest: str) -> Checkpoint:
     sandbox = body["sandbox"]
+    secrets = body.get("secrets")
+    known = {str(k): str(v) for k, v in secrets.items()} if isinstance(secrets, dict) else {}
     return Checkpoint(folder, body["kind"], Path(body["notebook"]), dict(body["journal"]), str(body["session_id"]),
-                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest)
+                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest, known)
 
 
 # --------------------------------------------------------------------------------------------------- the session
@@ -183,9 +187,7 @@ async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[st
     """Pause the session's kernel and save its sandbox into ``folder``; returns (backend, configuration key)."""
     provisioner = session.provisioner
     started, handle = provisioner.started, provisioner.handle
-    if handle is None or not started.backend.can_checkpoint:
-        raise SessionError(f"this session's sandbox backend ({started.backend.name}) cannot checkpoint a live kernel;"
-                           " pause, resume and fork need the local gVisor backend, as root")
+    assert handle is not None  # checked by require_checkpoints
     try:
         await asyncio.to_thread(started.service.pause_kernel, leave_running)  # refused while a cell runs
     except BaseException:
@@ -200,17 +202,28 @@ async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[st
     return made.backend, made.key
 
 
+def require_checkpoints(session: Session) -> None:
+    """SessionError unless the session's kernel can be checkpointed now (before any folder is made)."""
+    if not session.can_checkpoint:
+        backend = session.provisioner.started.backend.name
+        raise SessionError(f"this session's kernel cannot be checkpointed: its sandbox backend ({backend}) cannot "
+                           "checkpoint a live kernel, or it has none running; pause, resume and fork need the local "
+                           "gVisor backend, as root")
+
+
 async def pause(session: Session, path: str | Path | None) -> Checkpoint:
     """``Session.checkpoint``: the kernel saved, its sandbox stopped, the record ended as ``session-paused``."""
+    require_checkpoints(session)
     recorder = session.recorder
     notebook = recorder.notebook_path
     folder = new_folder(Path(path) if path is not None else notebook.with_name(notebook.stem + ".checkpoint"))
     backend, key = await _save(session, folder, leave_running=False)
+    known = session.provisioner.gate.secrets.known()
     session_id, checkpoint_id = session.provisioner.started.session_id, secrets.token_hex(8)
     session.provisioner.ending = ("session-paused", {"checkpoint": checkpoint_id})
     await session.shutdown()
     return write_manifest(folder, "pause", checkpoint_id, notebook=notebook, journal=recorder.journal,
-                          session_id=session_id, backend=backend, key=key)
+                          session_id=session_id, backend=backend, key=key, secrets=known)
 
 
 async def fork(session: Session, count: int | None, path: str | Path | None) -> Checkpoint:
@@ -220,6 +233,7 @@ async def fork(session: Session, count: int | None, path: str | Path | None) -> 
         raise ConfigError(f"fork count {count!r} is not between 1 and {MAX_FORKS}; fork into fewer sessions")
     if session.dead:
         raise SessionError("the session's kernel is stopped; restart it before forking")
+    require_checkpoints(session)
     recorder = session.recorder
     notebook = recorder.notebook_path
     folder = new_folder(Path(path) if path is not None else notebook.with_name(
@@ -229,17 +243,21 @@ async def fork(session: Session, count: int | None, path: str | Path | None) -> 
     recorder.event("session-forked", forks=count, checkpoint=checkpoint_id, sync=True)
     recorder.write_notebook()
     return write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
-                          session_id=session.provisioner.started.session_id, backend=backend, key=key)
+                          session_id=session.provisioner.started.session_id, backend=backend, key=key,
+                          secrets=session.provisioner.gate.secrets.known())
 
 
 def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of: int | None) -> LaunchOptions:
-    """The launch options of fork ``number`` of ``checkpoint``: the parent's, its kernel restored, its own notebook
-    (beside the parent's when that was named, else a new timestamped one) whose metadata names the parent."""
+    """The launch options of fork ``number`` of ``checkpoint``: the parent's, its kernel restored, a notebook of its
+    own beside the parent's whose metadata names the parent (a resumed parent's own record is never its fork's)."""
+    continued = getattr(parent.recorder_factory, "__self__", None)
+    if isinstance(continued, Continuation):
+        parent = replace(parent, recorder_factory=continued.options.recorder_factory,
+                         gate_factory=continued.options.gate_factory)
     metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": of}}
-    notebook = None
-    if parent.notebook is not None:
-        notebook = free_path(checkpoint.notebook.with_name(f"{checkpoint.notebook.stem}.fork-{number}.ipynb"))
-    return replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=notebook)
+    notebook = free_path(checkpoint.notebook.with_name(f"{checkpoint.notebook.stem}.fork-{number}.ipynb"))
+    return replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=notebook,
+                   gate_factory=KnownSecrets(parent.gate_factory, checkpoint.secrets))
 
 
 def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
@@ -257,7 +275,7 @@ def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
         raise SessionError(f"{checkpoint.notebook}'s journal goes on past this checkpoint (it ends at record "
                            f"{last['seq']}, the checkpoint at {checkpoint.journal['seq']}): it was resumed already; "
                            "a checkpoint is resumed once")
-    continuation = Continuation(previous, checkpoint)
+    continuation = Continuation(previous, checkpoint, options)
     return replace(options, restore=checkpoint.restore, notebook=None, recorder_factory=continuation.recorder,
                    gate_factory=continuation.gate)
 
@@ -265,9 +283,10 @@ def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
 class Continuation:
     """A resumed session's recorder and gate: the paused record and its gate's state, going on."""
 
-    def __init__(self, previous: Previous, checkpoint: Checkpoint) -> None:
+    def __init__(self, previous: Previous, checkpoint: Checkpoint, options: LaunchOptions) -> None:
         self.previous = previous
         self.checkpoint = checkpoint
+        self.options = options  # the caller's, before the continuation's factories replaced theirs
 
     def recorder(self, notebook_path: Path, session_metadata: dict[str, Any],
                  open_journal: Any = Journal) -> Recorder:
@@ -286,6 +305,7 @@ class Continuation:
         gate = Dispatcher(registry, log=log, policy=policy, approver=approver,
                           session_id=self.checkpoint.session_id, call_timeout=call_timeout,
                           first_seq=self.previous.next_call_seq)
+        gate.secrets.restore(self.checkpoint.secrets)  # the kernel may still hold what the gate scrubbed
         for record in self.previous.records:  # the session's budgets, as used before the pause
             counters = record.get("call", {}).get("counters") if record["event"] == "call-finished" else None
             if isinstance(counters, dict):
@@ -293,6 +313,22 @@ class Continuation:
                 gate.counters.session = max(gate.counters.session, int(counters.get("session", 0)))
                 gate.counters.per_tool[tool] = max(gate.counters.per_tool.get(tool, 0),
                                                    int(counters.get("tool_session", 0)))
+        return gate
+
+
+class KnownSecrets:
+    """A fork's gate factory: the parent's, its gate knowing what the parent's knew as secret (the fork's kernel
+    holds what the parent's held)."""
+
+    def __init__(self, factory: GateFactory, secrets: dict[str, str]) -> None:
+        self.factory = factory
+        self.secrets = secrets
+
+    def __call__(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
+                 session_id: str, call_timeout: float) -> Dispatcher:
+        gate = self.factory(registry, log=log, policy=policy, approver=approver, session_id=session_id,
+                            call_timeout=call_timeout)
+        gate.secrets.restore(self.secrets)
         return gate
 
 

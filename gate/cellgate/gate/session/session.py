@@ -280,6 +280,13 @@ class Session:
         self.km = None
 
     # -------------------------------------------------------------- live: pause, resume, fork (``session.live``)
+    @property
+    def can_checkpoint(self) -> bool:
+        """Whether ``checkpoint``, ``fork`` and ``trial`` work here: a kernel runs, on a backend that can save one
+        (local gVisor, as root: runsc cannot restore --rootless)."""
+        handle = self.provisioner.handle
+        return handle is not None and handle.backend.checkpointable(handle)
+
     async def checkpoint(self, path: str | Path | None = None) -> Path:
         """Pause: save the kernel as it is (variables, imports, its /tmp) into the new folder ``path`` (default:
         beside the notebook) and stop its sandbox; the record ends ``session-paused``. Refused while a cell runs.

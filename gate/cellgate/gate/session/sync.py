@@ -99,6 +99,27 @@ class SyncSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -------------------------------------------------------------- live (``session.live``)
+    def checkpoint(self, path: str | Path | None = None) -> Path:
+        """Pause the session into a checkpoint (see ``Session.checkpoint``), after the cells queued before it; the
+        session ends and its loop thread stops. ``SyncSession.resume(path, ...)`` continues it."""
+        try:
+            return self._in_turn(self.session.checkpoint(path))
+        finally:
+            self.close()
+
+    @classmethod
+    def resume(cls, path: str | Path, **options: Any) -> SyncSession:
+        """A session continuing checkpoint ``path`` when started (see ``Session.resume``); ``fork`` and ``trial``
+        are the async ``Session``'s."""
+        sync = cls(**options)
+        try:
+            sync.session = Session.resume(path, **options)
+        except BaseException:
+            sync.close()
+            raise
+        return sync
+
     # -------------------------------------------------------------- running
     def execute(self, code: str, timeout: float | None = None,
                 on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:

@@ -56,7 +56,6 @@ class LocalBackend(SandboxBackend):
 
     name = "local"
     binds_package_layer = True
-    can_checkpoint = True
 
     def __init__(self, settings: BackendSettings) -> None:
         super().__init__(settings)
@@ -131,6 +130,11 @@ class LocalBackend(SandboxBackend):
     def _launch(sandbox: Sandbox) -> None:
         sandbox.start()
         sandbox.wait_for_sockets(sandbox.config.start_timeout)
+
+    @override
+    def checkpointable(self, handle: SandboxHandle) -> bool:
+        box = self._sandbox(handle)
+        return box.config.isolation == "gvisor" and not box.rootless  # runsc cannot restore --rootless
 
     @override
     def checkpoint(self, handle: SandboxHandle, image: Path, leave_running: bool) -> Checkpointed:
