@@ -262,3 +262,16 @@ def test_a_leftover_sandboxs_delegated_cgroup_is_reaped_and_only_its_own(tmp_pat
         assert not any(p.exists() for p in made) and all(p.is_dir() for p in kept)
     finally:
         cgroups.remove(made + kept)
+
+
+def test_a_checkpoint_is_what_root_gets_and_a_clear_error_without_it(shared, tmp_path: Path) -> None:
+    """Pause, resume and fork need runsc's restore, which it cannot do --rootless (docs/live-sessions.md)."""
+    from cellgate.gate import SessionError
+
+    assert shared.session.can_checkpoint is not ROOTLESS
+    if not ROOTLESS:
+        return  # root's checkpoints: tests/sandbox/test_live_sessions.py
+    with pytest.raises(SessionError, match="cannot be checkpointed: its sandbox backend") as refused:
+        shared._run(shared.session.checkpoint(tmp_path / "never"))
+    assert "as root" in str(refused.value) and not (tmp_path / "never").exists()
+    assert shared.execute("print('still here')").stdout == "still here\n"  # the session goes on

@@ -30,7 +30,6 @@ import zmq
 from . import snapshot, wire
 
 UNBIND_WAIT = 5.0  # seconds for one socket's owner thread to let go of it
-SUBSCRIBE_WAIT = 5.0  # seconds the kernel resumed in place waits for the host's relay to subscribe to IOPub again
 
 
 class Hibernation:
@@ -147,33 +146,21 @@ class Hibernation:
             self.app.session.key = key.encode()
 
     def _take_up(self, endpoints: dict[str, str], in_place: bool) -> None:
-        """Bind again: stdin and IOPub first, then (in place: once the host's relay subscribed to IOPub again, so
-        that no output of its next cell is published to nobody) control and shell."""
+        """Bind again; in place, say so: the host's relay then connects anew (its old connections may hang on the
+        listeners let go of, which it cannot tell from live ones)."""
         from ipykernel.heartbeat import Heartbeat
 
         app = self.app
         heartbeat = Heartbeat(zmq.Context(), (app.transport, app.ip, app.hb_port))  # type: ignore[no-untyped-call]
         heartbeat.start()
         app.heartbeat = heartbeat
-        subscribed = threading.Event()
-        iopub = app.iopub_thread
-        welcome = iopub._send_welcome_message  # ipykernel's answer to each IOPub subscription
-
-        def welcomed(subscription: Any) -> None:
-            welcome(subscription)
-            subscribed.set()
-
-        iopub._send_welcome_message = welcomed
-        try:
-            for name, sock, run in reversed(self._sockets()):
-                if name == "control" and in_place:
-                    subscribed.wait(SUBSCRIBE_WAIT)
-                run(functools.partial(sock.bind, endpoints[name]))
-        finally:
-            iopub._send_welcome_message = welcome
+        for name, sock, run in reversed(self._sockets()):
+            run(functools.partial(sock.bind, endpoints[name]))
         debug = getattr(app, "debug_shell_socket", None)
         if debug is not None:
             _on_loop(app.control_thread.io_loop)(lambda: debug.connect(endpoints["shell"]))
+        if in_place:
+            self._mark(wire.RESUMED_MARKER)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.folder, name)

@@ -59,6 +59,7 @@ FILE_CHUNK_BYTES: Final = 4 << 20
 PAUSE_COMM: Final = "cellgate-pause"
 PAUSED_MARKER: Final = "paused"
 RESUME_MARKER: Final = "resume"
+RESUMED_MARKER: Final = "resumed"  # the kernel resumed in place has bound every socket again: the host reconnects
 RESUME_IN_PLACE: Final = "in-place"  # the resume file's text when the same sandbox goes on (its host still connected)
 
 # Generous upper bound on one request, checked by the host before parsing it.

@@ -213,8 +213,8 @@ def check_run(path: Path) -> Verification:
         result.unended = (f"the journal's last record was cut short (its host stopped while writing it); "
                           f"run `cellgate recover {journal_file}`")
     elif records[-1]["event"] not in ENDINGS:
-        result.unended = (f"the journal ends at record {seq} ({records[-1]['event']}) without a session-ended, "
-                          "session-paused or recovered record: the run is still going, its host stopped, or the journal was "
+        result.unended = (f"the journal ends at record {seq} ({records[-1]['event']}) without a session-ended "
+                          "or recovered record (nor a session-paused one): the run is still going, its host stopped, or the journal was "
                           f"cut short; if its host stopped, run `cellgate recover {journal_file}`")
     if result.unended:
         result.problems.append(result.unended)

@@ -44,6 +44,8 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from cellgate.gate._errors import SandboxUnavailable
+from cellgate.gate.sandbox.checkpoints import Checkpointed as Checkpointed
+from cellgate.gate.sandbox.checkpoints import Restore as Restore
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.environment import CHANNELS as CHANNELS
 from cellgate.gate.sandbox.limits import SandboxLimits as SandboxLimits
@@ -65,25 +67,6 @@ class BackendSettings(Protocol):
     def section(self, name: str, model: type[M]) -> M: ...
 
     def resolve(self, path: str) -> Path: ...
-
-
-@dataclass(frozen=True)
-class Restore:
-    """A checkpoint a sandbox starts from instead of a fresh kernel (``SandboxBackend.checkpoint`` made it): its
-    image folder, and the key of the sandbox configuration it was made by (``Checkpointed.key``)."""
-
-    image: str
-    key: str
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    """What ``SandboxBackend.checkpoint`` made: the backend's name and the key of the configuration a sandbox must
-    have to restore it (limits, image, environment, runtime, the kernel's code): a resume under other settings is
-    refused before anything runs."""
-
-    backend: str
-    key: str
 
 
 @dataclass(frozen=True)

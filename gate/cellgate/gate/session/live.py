@@ -36,7 +36,7 @@ import shutil
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError, SessionError
@@ -54,7 +54,27 @@ from cellgate.gate.sandbox.backend import Restore
 from cellgate.gate.session.launch import GateFactory, LaunchOptions
 
 if TYPE_CHECKING:
-    from cellgate.gate.session.session import Session
+    from cellgate.gate.session.provisioner import GVisorProvisioner
+
+
+class Live(Protocol):
+    """What of a ``Session`` this module reads (a protocol: the session imports this module, not the reverse)."""
+
+    dead: bool
+
+    @property
+    def provisioner(self) -> GVisorProvisioner: ...
+
+    @property
+    def recorder(self) -> Recorder: ...
+
+    @property
+    def can_checkpoint(self) -> bool: ...
+
+    @property
+    def launch_options(self) -> LaunchOptions: ...
+
+    async def shutdown(self) -> None: ...
 
 FORMAT = 1
 MANIFEST = "checkpoint.json"
@@ -183,7 +203,7 @@ def _checkpoint(folder: Path, body: dict[str, Any], digest: str) -> Checkpoint:
 
 
 # --------------------------------------------------------------------------------------------------- the session
-async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[str, str]:
+async def _save(session: Live, folder: Path, leave_running: bool) -> tuple[str, str]:
     """Pause the session's kernel and save its sandbox into ``folder``; returns (backend, configuration key)."""
     provisioner = session.provisioner
     started, handle = provisioner.started, provisioner.handle
@@ -196,13 +216,15 @@ async def _save(session: Session, folder: Path, leave_running: bool) -> tuple[st
     try:
         made = await asyncio.to_thread(started.backend.checkpoint, handle, folder / IMAGE, leave_running)
     except BaseException:
-        started.service.pause_failed()
+        await asyncio.to_thread(started.service.pause_failed)  # the kernel took up its sockets again
         shutil.rmtree(folder, ignore_errors=True)
         raise
+    if leave_running:
+        await asyncio.to_thread(started.service.reconnect_kernel)
     return made.backend, made.key
 
 
-def require_checkpoints(session: Session) -> None:
+def require_checkpoints(session: Live) -> None:
     """SessionError unless the session's kernel can be checkpointed now (before any folder is made)."""
     if not session.can_checkpoint:
         backend = session.provisioner.started.backend.name
@@ -211,7 +233,7 @@ def require_checkpoints(session: Session) -> None:
                            "gVisor backend, as root")
 
 
-async def pause(session: Session, path: str | Path | None) -> Checkpoint:
+async def pause(session: Live, path: str | Path | None) -> Checkpoint:
     """``Session.checkpoint``: the kernel saved, its sandbox stopped, the record ended as ``session-paused``."""
     require_checkpoints(session)
     recorder = session.recorder
@@ -226,7 +248,7 @@ async def pause(session: Session, path: str | Path | None) -> Checkpoint:
                           session_id=session_id, backend=backend, key=key, secrets=known)
 
 
-async def fork(session: Session, count: int | None, path: str | Path | None) -> Checkpoint:
+async def fork(session: Live, count: int | None, path: str | Path | None) -> Checkpoint:
     """``Session.fork`` and ``Pool.from_session``: the kernel saved and left running, the parent's record saying
     so (``count`` forks, or a pool's as many as it needs: None); sessions start from it with ``fork_options``."""
     if count is not None and not 1 <= count <= MAX_FORKS:

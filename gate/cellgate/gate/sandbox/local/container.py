@@ -29,7 +29,7 @@ from typing import Any, Literal
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
 from cellgate.gate.sandbox import liveness
-from cellgate.gate.sandbox.backend import Restore
+from cellgate.gate.sandbox.checkpoints import Restore
 from cellgate.gate.sandbox.environment import CHANNELS
 from cellgate.gate.sandbox.images.store import Image, record_of
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
@@ -233,10 +233,10 @@ class Sandbox:
                 first = next((line for line in done.stderr.splitlines() if line.strip()), "")
                 raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}")
         except subprocess.TimeoutExpired:
-            self._resume_in_place()
+            self._resume_after_failure()
             raise SandboxError("runsc checkpoint did not finish in time") from None
         except BaseException:
-            self._resume_in_place()
+            self._resume_after_failure()
             raise
         if leave_running:
             self._resume_in_place()
@@ -251,10 +251,27 @@ class Sandbox:
                                    f": {self.log_tail(500)}")
             time.sleep(0.005)  # polling the socket folder for the kernel's marker
 
-    def _resume_in_place(self) -> None:
-        """Tell this sandbox's paused kernel to take up its sockets again (a fork's parent, a failed checkpoint)."""
-        if self.poll() is None:
-            self._put_resume_marker(wire.RESUME_IN_PLACE)
+    def _resume_after_failure(self) -> None:
+        try:
+            self._resume_in_place()
+        except SandboxError:
+            pass  # the checkpoint's own failure is the one said; the relay finds the kernel gone if it is
+
+    def _resume_in_place(self, timeout: float = 30.0) -> None:
+        """Tell this sandbox's paused kernel to take up its sockets again (a fork's parent, a failed checkpoint) and
+        wait until it has: the host's relay then connects anew (``Relay.reconnect_kernel``)."""
+        if self.poll() is not None:
+            return
+        resumed = self.path("ipc", wire.RESUMED_MARKER)
+        resumed.unlink(missing_ok=True)
+        self._put_resume_marker(wire.RESUME_IN_PLACE)
+        deadline = time.monotonic() + timeout
+        while not resumed.exists():
+            if self.poll() is not None or time.monotonic() > deadline:
+                raise SandboxError(f"the kernel did not take up its sockets again within {timeout:g} s after the "
+                                   f"checkpoint: {self.log_tail(500)}")
+            time.sleep(0.005)  # polling the socket folder for the kernel's marker
+        resumed.unlink(missing_ok=True)
 
     def _put_resume_marker(self, how: str) -> None:
         """Whole or absent: the kernel reads it the moment it appears."""
@@ -370,7 +387,7 @@ class Sandbox:
                 pending.discard(channel)
             unexpected = set(os.listdir(self.ipc_dir)) - {
                 os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
-            } - {oci.OUTPUT_LOG, wire.PAUSED_MARKER, wire.RESUME_MARKER}
+            } - {oci.OUTPUT_LOG, wire.PAUSED_MARKER, wire.RESUME_MARKER, wire.RESUMED_MARKER}
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")

@@ -87,6 +87,9 @@ class KernelWatch:
         self.iopub: zmq.asyncio.Socket | None = None
         self.exit_expected = False
         self.stopping = False
+        # The kernel let go of its sockets for a checkpoint (``session.live``): its connections drop and come
+        # back (or are made anew) until this loop time; no frame was refused, whatever the monitors see.
+        self.reconnecting_until = 0.0
         self.died = False  # the current kernel's death (or the host's kill of it) was recorded
         self._killed_by_host: SandboxHandle | None = None
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
@@ -156,6 +159,8 @@ class KernelWatch:
         kernel is stopped (Session restarts it)."""
         if self.sandbox is not sandbox or self.stopping:
             return
+        if asyncio.get_running_loop().time() < self.reconnecting_until:
+            return  # the relay connects anew after a checkpoint (``Relay.reconnect_kernel``)
         limit = self.bounds.max_message_bytes
         self.events.life("message-too-large", channel=channel, limit_bytes=limit, size=f"over {limit}",
                          note="a frame over [sandbox] max_message_mb: dropped unread with its connection")

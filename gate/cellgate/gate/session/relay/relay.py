@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import os
@@ -58,6 +59,7 @@ from cellgate.kernel.wire import PAUSE_COMM
 
 __all__ = ["CellTimeouts", "Relay"]
 
+RECONNECT_QUIET = 3.0  # seconds after a reconnect the monitors' drop events are not taken for refused frames
 ROUTED = ("shell", "control", "stdin", "hb")
 # What the relay does with one message on its way: the frames to send on, or None (dropped, or answered here).
 Handler = Callable[[list[bytes]], Awaitable[list[bytes] | None]]
@@ -95,6 +97,7 @@ class Relay:
         self._front: dict[str, zmq.asyncio.Socket] = {}
         self._back: dict[str, zmq.asyncio.Socket] = {}
         self._monitors: list[zmq.asyncio.Socket] = []
+        self._welcomed: asyncio.Event | None = None  # set by the IOPub welcome a reconnect waits for
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -195,6 +198,7 @@ class Relay:
     def pause_failed(self) -> None:
         """The checkpoint failed and the kernel took its sockets up again: its exit is a death again."""
         self.kernel.exit_expected = False
+        self.reconnect_kernel()
 
     async def _pause_kernel(self, leave_running: bool) -> None:
         running = self.cells.running()
@@ -205,7 +209,33 @@ class Relay:
             raise SessionError("the session has no kernel to checkpoint (it died or was stopped); restart it first")
         if not leave_running:
             self.kernel.exit_expected = True
+        self.kernel.reconnecting_until = float("inf")
         await self.kernel.send_control("comm_msg", {"comm_id": PAUSE_COMM, "data": {"op": "pause"}})
+
+    def reconnect_kernel(self) -> None:
+        """The paused kernel took up its sockets again in its own sandbox (a fork's parent, a failed checkpoint):
+        connect every socket anew, since an old connection may hang on a listener the kernel let go of."""
+        self._call(self._reconnect_kernel())
+
+    async def _reconnect_kernel(self) -> None:
+        sandbox = self.kernel.sandbox
+        if sandbox is None:
+            return
+        info = sandbox.backend.connection_info(sandbox)
+        self._welcomed = welcomed = asyncio.Event()
+        sockets = [*self._back.items(), *([("control", self.kernel.control)] if self.kernel.control else [])]
+        for channel, sock in sockets:
+            address = endpoint(info, channel)
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disconnect(address)
+            sock.connect(address)
+        # Until the kernel welcomes the new IOPub subscription, what it publishes reaches nobody.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RECONNECT_QUIET):
+                await welcomed.wait()
+        self._welcomed = None
+        # The monitors see these drops and returns for a moment more; none of them is a refused frame.
+        self.kernel.reconnecting_until = asyncio.get_running_loop().time() + RECONNECT_QUIET
 
     def detach(self, reason: str) -> None:
         """Stop relaying to the current kernel (before a restart or shutdown)."""
@@ -455,6 +485,9 @@ class Relay:
             except Exception as exc:  # hostile input must never stop the pump
                 self.events.protocol("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
+            if forward is not None and self._welcomed is not None and \
+                    forward["header"].get("msg_type") == "iopub_welcome":
+                self._welcomed.set()  # the kernel sees the relay's subscription (``_reconnect_kernel``)
             out = self._iopub_out(forward) if forward is not None else None
             if out is not None:
                 await dst.send_multipart(out)
