@@ -280,3 +280,26 @@ def test_a_sync_session_pauses_and_resumes(tmp_path: Path) -> None:
     with SyncSession.resume(folder, tools=[str(SAMPLE_TOOLS)], cwd=tmp_path) as again:
         assert again.execute("print(sum(rows))").stdout == "6\n"
         assert again.notebook_path == tmp_path / "run.ipynb"
+
+
+def test_a_pool_from_a_session_hands_out_forks_that_hold_its_data(tmp_path: Path) -> None:
+    from cellgate.gate import Pool
+
+    async def scenario() -> list[str]:
+        async with Session(tools=[str(SAMPLE_TOOLS)], notebook=tmp_path / "loaded.ipynb", cwd=tmp_path) as loaded:
+            await loaded.execute("table = {n: n * n for n in range(1000)}")
+            pool = await Pool.from_session(loaded, 2)
+            try:
+                seen = []
+                for _ in range(3):  # more than the pool's size: replacements are forks too
+                    session = await pool.acquire()
+                    seen.append((await session.execute("table[999] = -1; print(table[30])")).stdout)
+                    await pool.release(session)
+                seen.append((await loaded.execute("print(table[999])")).stdout)  # no fork's change reaches it
+                return seen
+            finally:
+                await pool.close()
+
+    assert asyncio.run(scenario()) == ["900\n", "900\n", "900\n", "998001\n"]
+    forks = sorted(p.name for p in tmp_path.glob("loaded.fork-*.ipynb"))
+    assert len(forks) >= 3 and all(cellgate("verify", str(tmp_path / name)).returncode == 0 for name in forks)
