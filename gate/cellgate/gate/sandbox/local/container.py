@@ -243,12 +243,15 @@ class Sandbox:
         return self.configuration_key()
 
     def _wait_paused(self, timeout: float) -> None:
-        paused = self.path("ipc", wire.PAUSED_MARKER)
+        self._wait_for_marker(wire.PAUSED_MARKER, timeout, "let go of its sockets for the checkpoint")
+
+    def _wait_for_marker(self, name: str, timeout: float, what: str) -> None:
+        """Wait until the kernel puts file ``name`` into its socket folder; SandboxError saying it did not ``what``."""
+        marker = self.path("ipc", name)
         deadline = time.monotonic() + timeout
-        while not paused.exists():
+        while not marker.exists():
             if self.poll() is not None or time.monotonic() > deadline:
-                raise SandboxError(f"the kernel did not let go of its sockets for the checkpoint within {timeout:g} s"
-                                   f": {self.log_tail(500)}")
+                raise SandboxError(f"the kernel did not {what} within {timeout:g} s: {self.log_tail(500)}")
             time.sleep(0.005)  # polling the socket folder for the kernel's marker
 
     def _resume_after_failure(self) -> None:
@@ -265,12 +268,7 @@ class Sandbox:
         resumed = self.path("ipc", wire.RESUMED_MARKER)
         resumed.unlink(missing_ok=True)
         self._put_resume_marker(wire.RESUME_IN_PLACE)
-        deadline = time.monotonic() + timeout
-        while not resumed.exists():
-            if self.poll() is not None or time.monotonic() > deadline:
-                raise SandboxError(f"the kernel did not take up its sockets again within {timeout:g} s after the "
-                                   f"checkpoint: {self.log_tail(500)}")
-            time.sleep(0.005)  # polling the socket folder for the kernel's marker
+        self._wait_for_marker(wire.RESUMED_MARKER, timeout, "take up its sockets again after the checkpoint")
         resumed.unlink(missing_ok=True)
 
     def _put_resume_marker(self, how: str) -> None:
