@@ -27,6 +27,7 @@ from typing import Any
 
 import data_path
 import data_stack
+import density
 import live
 import load
 from jupyter_client import AsyncKernelManager
@@ -385,7 +386,7 @@ def machine() -> dict:
 
 
 SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
-            "frontend", "data", "datapath", "load", "live")
+            "frontend", "data", "datapath", "load", "density", "live")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -468,7 +469,7 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         rows += data_path.rows(await data_path.data_path(folder, 10 if args.quick else 30), row)
     if "load" in args.only:
         (folder / "load").mkdir()
-        held = await load.load(folder / "load", 20 if args.quick else args.load_sessions)
+        held = await load.load(folder / "load", args.load_sessions)
         ideal = held["one_call_s"] * held["sessions"] / held["cores"]
         rows += [
             row(f"{held['sessions']} sessions x a 1 MB call at once: cells correct", [held["correct"]], unit="cells"),
@@ -477,6 +478,21 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
             row(f"  {held['sessions']} concurrent starts (goal >= 2)", [held["starts_per_s"]], unit="starts/s"),
             row("  host memory per idle session, free delta (goal <= 64)", [held["idle_mb_per_session"]], unit="MB"),
         ]
+    if "density" in args.only:
+        (folder / "density").mkdir()
+        (folder / "density-default").mkdir()
+        dense = await density.density(folder / "density", args.idle_sessions, "ptrace")
+        default = await density.density(folder / "density-default", 30, None)
+        rows += [
+            row(f"{dense['asked']} idle sessions (ptrace): answered a cell", [dense["correct"]], unit="cells"),
+            row("  host memory per idle session, free delta (goal <= 64)", [dense["idle_mb"]], unit="MB"),
+            row(f"  CPU the {dense['started']} idle sessions use", [dense["idle_cores"]], unit="cores"),
+            row("  started in batches of 20", [dense["starts_per_s"]], unit="starts/s"),
+            row("30 idle sessions (systrap, the default): CPU used", [default["idle_cores"]], unit="cores"),
+            row("  host memory per idle session, free delta", [default["idle_mb"]], unit="MB"),
+        ]
+        if dense["stopped_early"] or dense["failed_starts"]:
+            note += "\n" + "; ".join([dense["stopped_early"], *dense["failed_starts"]])
     if "live" in args.only:
         (folder / "live").mkdir()
         quick = args.quick
@@ -502,6 +518,7 @@ async def main() -> None:
                         help="run these sections only (default: all)")
     parser.add_argument("--rounds", type=int, default=0, help="northwind: rounds of the three recording modes")
     parser.add_argument("--load-sessions", type=int, default=100, help="load: sessions each making a 1 MB call")
+    parser.add_argument("--idle-sessions", type=int, default=300, help="density: idle sessions on this machine")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows, note = await measure(Path(tmp), args)

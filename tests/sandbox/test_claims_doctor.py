@@ -89,9 +89,8 @@ def test_doctor_clean_removes_a_crashed_session_s_sandbox_and_leaves_live_ones(t
         live = BlockingSession(config=config, notebook=tmp_path / "live.ipynb", cwd=tmp_path).start()
         try:
             (alive,) = sandboxes(own_root) - {crashed}
-            # The crash: the reaper beside the sandbox goes first, then the host, both without a chance to clean.
-            (reaper,) = [pid for pid in processes_naming(str(own_root / crashed)) if
-                         "reaper.py" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+            # The crash: the reaper beside the host goes first, then the host, both without a chance to clean.
+            (reaper,) = [pid for pid in processes_naming(f"reaper.py {own_root} {host.pid}")]
             os.kill(reaper, signal.SIGKILL)
             host.kill()
             host.wait(30)

@@ -54,6 +54,7 @@ PINNED_ENV = frozenset({
     "MALLOC_ARENA_MAX", "MPLBACKEND", "MPLCONFIGDIR", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE",
     "PYTHONPATH", "PYTHONSAFEPATH", "TMPDIR", "XDG_CACHE_HOME",
     "FONTCONFIG_FILE",  # the generated /etc's fonts.conf (issue 29)
+    "CELLGATE_WARM_COMPLETION",  # an image whose snapshot holds jedi's parse (issue 33: memory per session)
 })
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from cellgate.gate._faults import failpoint
 
@@ -16,6 +19,28 @@ from cellgate.gate._faults import failpoint
 def canonical_json(value: Any) -> str:
     """One spelling of a JSON value: sorted keys, no spaces, no NaN; what every digest is taken over."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# Where orjson's spelling can differ from json's: a float in exponent form or in [1e-5, 1e-4) (json writes
+# 1e-05, orjson 0.00001), and NaN or an infinity (json refuses them, orjson writes null). A string holding
+# such text only sends the value the slow way.
+_SPELLED_OTHERWISE = re.compile(rb"[0-9]e|0\.0000|null")
+# Types orjson would encode that json refuses (dataclasses, datetimes, subclasses of str, int, dict, list)
+# go to ``default``, which refuses them too: the caller converts them as before.
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                   | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def canonical_json_fast(value: Any) -> str:
+    """``canonical_json(value)``, the same text, made by orjson (about ten times faster) wherever its bytes are
+    json's, else by json: a large tool result is encoded once at the machine's speed."""
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:  # big integers, non-string keys, lone surrogates, the passed-through types
+        return canonical_json(value)
+    if _SPELLED_OTHERWISE.search(data):
+        return canonical_json(value)
+    return data.decode()
 
 
 def digest(value: Any) -> str:

@@ -80,5 +80,6 @@ ENV_OUTPUT_LOG: Final = "CELLGATE_OUTPUT_LOG"  # the output log's path (outlog)
 ENV_RESTRICTED: Final = "CELLGATE_RESTRICTED"  # restricted mode's extra allowed imports, a JSON list
 ENV_SNAPSHOT_READY: Final = "CELLGATE_SNAPSHOT_READY"  # where a kernel built for a snapshot says it is ready
 ENV_PRELOAD: Final = "CELLGATE_PRELOAD"  # modules the image imports before its snapshot (a JSON list)
+ENV_WARM_COMPLETION: Final = "CELLGATE_WARM_COMPLETION"  # "1": the snapshot holds jedi's parse (snapshot.preload)
 KERNEL_ENV: Final = frozenset({ENV_RLIMIT_AS, ENV_REPLY_WAIT, ENV_OUTPUT_LIMIT, ENV_OUTPUT_LOG, ENV_RESTRICTED,
-                               ENV_SNAPSHOT_READY, ENV_PRELOAD})
+                               ENV_SNAPSHOT_READY, ENV_PRELOAD, ENV_WARM_COMPLETION})

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from pydantic_core import to_jsonable_python
+
 from cellgate.gate._errors import SessionError
 from cellgate.gate.calls.dispatch import CallLog, CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallRequest
@@ -62,7 +64,8 @@ def _output(outcome: DirectResult) -> dict[str, Any]:
         assert outcome.error is not None
         return {"output_type": "error", "ename": outcome.error_name, "evalue": outcome.error["message"],
                 "traceback": [f"{outcome.error_name}: {outcome.error['message']}"]}
-    text = json.dumps(outcome.record.result, ensure_ascii=False, indent=1)
+    # A result is kept as the tool returned it: a UUID or an Enum in it (JSON by their value) is shown as such.
+    text = json.dumps(outcome.record.result, ensure_ascii=False, indent=1, default=to_jsonable_python)
     if len(text) > PREVIEW_CHARS:
         text = (text[:PREVIEW_CHARS] + f"\n… ({outcome.record.result_bytes} bytes in all; the call record "
                 "holds the full result)")

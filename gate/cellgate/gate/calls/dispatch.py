@@ -40,7 +40,7 @@ import jsonschema
 import pydantic_core
 
 from cellgate.gate._errors import SourceUnavailable
-from cellgate.gate._json import canonical_json, sha256_hex, utcnow
+from cellgate.gate._json import canonical_json, canonical_json_fast, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
@@ -319,7 +319,7 @@ class Dispatcher:
         secrets.extend(found)
         try:
             try:  # a result of JSON's own types (most are) is encoded as it is: one encode, no conversion
-                converted, text = plain, canonical_json(plain)
+                converted, text = plain, canonical_json_fast(plain)
             except (TypeError, ValueError):  # anything else converted first (NaN and the like then refused)
                 converted = pydantic_core.to_jsonable_python(plain)
                 text = canonical_json(converted)

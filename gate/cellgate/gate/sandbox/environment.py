@@ -67,7 +67,7 @@ ENV_ALLOWLIST: Final = frozenset(
 
 def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tuple[str, ...] | None,
                        python_path: Sequence[str] = (), host_files: bool = True,
-                       preload: Sequence[str] = ()) -> dict[str, str]:
+                       preload: Sequence[str] = (), warm_completion: bool = False) -> dict[str, str]:
     """The kernel's whole environment (an allowlist, never the host's).
 
     ``python_path`` holds where the ``cellgate.kernel`` package is in the sandbox, if not on the interpreter's
@@ -110,6 +110,8 @@ def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tup
         env[wire.ENV_RESTRICTED] = json.dumps(sorted(restricted))
     if preload:  # the image's modules to import before its snapshot (``cellgate.kernel.snapshot``)
         env[wire.ENV_PRELOAD] = json.dumps(list(preload))
+    if warm_completion:  # the image's choice: a fast first Tab completion for ~29 MB more per sandbox
+        env[wire.ENV_WARM_COMPLETION] = "1"
     if not host_files:
         del env[wire.ENV_OUTPUT_LOG], env[wire.ENV_SNAPSHOT_READY], env["FONTCONFIG_FILE"]
     assert set(env) <= ENV_ALLOWLIST

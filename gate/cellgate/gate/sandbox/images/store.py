@@ -95,6 +95,11 @@ class Image:
         return tuple(str(name) for name in self.manifest["spec"].get("preload", []))
 
     @property
+    def warm_completion(self) -> bool:
+        """Whether its snapshot holds jedi's parse (the spec's ``warm_completion``)."""
+        return self.manifest["spec"].get("warm_completion") is True
+
+    @property
     def python(self) -> str:
         """The image's interpreter, inside it."""
         return f"/usr/bin/python{self.manifest['python_version']}"

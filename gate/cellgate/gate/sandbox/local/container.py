@@ -6,9 +6,10 @@ generated tools package and the (empty, 0700) folder where the kernel binds
 its ipc sockets: a small tmpfs the host mounts (``mounts``), unmounted with
 the sandbox. Without root, runsc runs ``--rootless`` and that tmpfs is mounted
 in runsc's own user+mount namespace instead (``userns``), the host reaching it
-through ``ipc_dir``. A small reaper process, started with each sandbox, deletes
-it if the host process dies without doing so (even by SIGKILL); anything a
-crash still leaves behind is reaped by the next start or `cellgate doctor --clean`.
+through ``ipc_dir``. A small reaper process beside the host process (one for all
+its sandboxes, ``reaper``) deletes them if the host dies without doing so (even by
+SIGKILL); anything a crash still leaves behind is reaped by the next start or
+`cellgate doctor --clean`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.checkpoints import Restore
 from cellgate.gate.sandbox.environment import CHANNELS
 from cellgate.gate.sandbox.images.store import Image, record_of
-from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, snapshot
+from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, reaper, snapshot
 from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
 from cellgate.gate.sandbox.local.runsc import Runsc
 from cellgate.gate.sandbox.runtime_dir import private_dir
@@ -96,7 +97,6 @@ class Sandbox:
         self._ipc_fd: int | None = None  # rootless: the socket folder, once its tmpfs is mounted
         self._delegation: cgroups.Delegation | None = None  # rootless: the delegated cgroup, if any
         self.cgroup_procs: list[Path] = []  # rootless: the sandbox's own delegated cgroups, runsc joins them
-        self._reaper: subprocess.Popen[bytes] | None = None
         self.ports = {f"{c}_port": i + 1 for i, c in enumerate(CHANNELS)}
 
     # -- paths
@@ -179,7 +179,8 @@ class Sandbox:
             python_path = [*([] if image else [kernel_python_path()]),
                            *([oci.PACKAGES_DIR] if self.config.package_layer else [])]
             env = oci.environment(python_path, self.config.limits, self.config.reply_wait, self.config.restricted,
-                                  image.preload if image else ())
+                                  image.preload if image else (),
+                                  warm_completion=bool(image and image.warm_completion))
             spec = oci.spec(layout, self.config.limits, kernel_argv, env, sandbox_id=self.id, rootless=self.rootless)
             self._spec_text = json.dumps(spec, indent=1)
             self.path("bundle", "config.json").write_text(self._spec_text)
@@ -349,11 +350,7 @@ class Sandbox:
             "cgroups": [str(path.parent) for path in self.cgroup_procs],
         }
         self.path(OWNER_FILE).write_text(json.dumps(owner))
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-P", str(Path(__file__).with_name("reaper.py")), str(self.root)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, env={"PATH": HOST_PATH, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
+        reaper.watch(self.root.parent, HOST_PATH)
 
     def wait_for_sockets(self, timeout: float) -> None:
         """Wait until the kernel has bound every socket, checking each path with lstat."""
@@ -450,7 +447,7 @@ class Sandbox:
                 pass
 
     def delete(self) -> None:
-        """Kill the kernel, remove the run folder and dismiss the reaper."""
+        """Kill the kernel and remove the run folder."""
         self.kill()
         if self._ipc_fd is not None:
             os.close(self._ipc_fd)  # its tmpfs goes with runsc's namespace
@@ -458,14 +455,6 @@ class Sandbox:
         cgroups.remove([path.parent for path in self.cgroup_procs])
         mounts.unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
-        if self._reaper is not None and self._reaper.stdin is not None:
-            try:
-                self._reaper.stdin.write(b"done\n")
-                self._reaper.stdin.close()
-            except OSError:
-                pass
-            self._reaper.wait(timeout=30)
-            self._reaper = None
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"isolation": self.config.isolation, "id": self.id}

@@ -106,9 +106,11 @@ def mounts(layout: Layout, limits: Limits, rootless: bool = False) -> list[dict[
 
 
 def environment(python_path: list[str], limits: Limits, reply_wait: float,
-                restricted: tuple[str, ...] | None = None, preload: tuple[str, ...] = ()) -> list[str]:
+                restricted: tuple[str, ...] | None = None, preload: tuple[str, ...] = (),
+                warm_completion: bool = False) -> list[str]:
     """The sandbox's whole environment (``environment.kernel_environment``) as the OCI spec lists it."""
-    env = kernel_environment(limits, reply_wait, restricted, python_path, preload=preload)
+    env = kernel_environment(limits, reply_wait, restricted, python_path, preload=preload,
+                             warm_completion=warm_completion)
     return [f"{k}={v}" for k, v in sorted(env.items())]
 
 
