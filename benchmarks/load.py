@@ -38,11 +38,14 @@ async def timed(coroutine: Any) -> float:
     return time.perf_counter() - started
 
 
-async def load(folder: Path, count: int) -> dict[str, Any]:
+async def load(folder: Path, count: int, platform: str | None = None) -> dict[str, Any]:
+    """``platform``: gVisor's (systrap, ptrace); None: the default."""
     tools = folder / "tools.py"
     shutil.copy(NORTHWIND / "tools.py", tools)
     config = folder / "cellgate.toml"
     shutil.copy(NORTHWIND / "cellgate.toml", config)
+    if platform:
+        config.write_text(config.read_text() + f'\n[sandbox]\nplatform = "{platform}"\n')
     warm = Session(config=str(config), tools=[str(tools)], notebook=folder / "warm.ipynb", cwd=folder)
     await warm.start()
     one = []
@@ -76,9 +79,10 @@ async def load(folder: Path, count: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--platform", choices=("systrap", "ptrace"), default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        out = asyncio.run(load(Path(tmp), args.sessions))
+        out = asyncio.run(load(Path(tmp), args.sessions, args.platform))
     ideal = out["one_call_s"] * out["sessions"] / out["cores"]
     print(f"{out['correct']}/{out['sessions']} cells correct ({out['started']} started); "
           f"starts: {out['starts_per_s']:.2f}/s; the load's wall {out['wall_s']:.1f} s vs one call "

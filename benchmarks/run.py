@@ -467,16 +467,19 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         rows += data_stack.rows(await data_stack.data_stack(folder, 2 if args.quick else 5), row)
     if "datapath" in args.only:
         rows += data_path.rows(await data_path.data_path(folder, 10 if args.quick else 30), row)
-    if "load" in args.only:
-        (folder / "load").mkdir()
-        held = await load.load(folder / "load", args.load_sessions)
+    for gvisor in ("systrap", "ptrace") if "load" in args.only else ():
+        (folder / f"load-{gvisor}").mkdir()
+        held = await load.load(folder / f"load-{gvisor}", args.load_sessions, gvisor)
         ideal = held["one_call_s"] * held["sessions"] / held["cores"]
+        tag = " (ptrace)" if gvisor == "ptrace" else ""  # systrap's rows keep the names earlier runs gave them
         rows += [
-            row(f"{held['sessions']} sessions x a 1 MB call at once: cells correct", [held["correct"]], unit="cells"),
-            row(f"  their wall time vs one call x {held['sessions']} / cores", [held["wall_s"] * 1000],
+            row(f"{held['sessions']} sessions x a 1 MB call at once: cells correct{tag}", [held["correct"]],
+                unit="cells"),
+            row(f"  their wall time vs one call x {held['sessions']} / cores{tag}", [held["wall_s"] * 1000],
                 baseline=[ideal * 1000]),
-            row(f"  {held['sessions']} concurrent starts (goal >= 2)", [held["starts_per_s"]], unit="starts/s"),
-            row("  host memory per idle session, free delta (goal <= 64)", [held["idle_mb_per_session"]], unit="MB"),
+            row(f"  {held['sessions']} concurrent starts (goal >= 2){tag}", [held["starts_per_s"]], unit="starts/s"),
+            row(f"  host memory per idle session, free delta (goal <= 64){tag}", [held["idle_mb_per_session"]],
+                unit="MB"),
         ]
     if "density" in args.only:
         (folder / "density").mkdir()

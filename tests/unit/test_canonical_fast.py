@@ -21,7 +21,7 @@ from cellgate.gate._json import canonical_json, canonical_json_fast
 TRICKY = [
     1e16, 1e15, 9999999999999998.0, 1e-4, 1e-5, 1.5e-5, 9.999e-05, 3.14159e-05, 1e-7, 123456789012345678.0, 1e22,
     5e-324, 1.7976931348623157e308, -0.0, 0.1, 2.5, -1234.5, 2**63 - 1, -(2**63), 2**64, 10**30, True, False, None,
-    "".join(chr(i) for i in range(0x80)) + "\u2028\u2029é😀\ufeff", "null", "0.00001", "1e5",
+    "".join(chr(i) for i in range(0x80)) + "\u2028\u2029é😀\ufeff", "null", "0.00001", "1e5", "re-order the e-mail 1e-3 e5 x2e", {"1e5": "e-1"},
     {"b": 1, "a": {"é": 1, "z": [1, 2.5], "A": None}, "😀": 1, "\uffff": 2},
     [{"id": i, "amount": i * 1.25, "note": "x" * 40} for i in range(200)], (1, 2, "three"), {}, [], "",
     {1: "a", 2.5: "b"},  # json writes non-string keys as strings; orjson refuses them, so json does it

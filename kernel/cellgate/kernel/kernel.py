@@ -10,11 +10,13 @@ Additions to ``IPythonKernel``:
 - stream output is also logged to a host-backed file and IOPub messages are
   numbered, so output survives the kernel's death and losses show (``outlog``);
 - in restricted mode (``CELLGATE_RESTRICTED``), cells run under
-  RestrictedPython's guards instead of IPython (see ``restricted``).
+  RestrictedPython's guards instead of IPython (see ``restricted``);
+- debugpy is loaded on the first ``debug_request``, not at start (``lazy_debugger``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import importlib
 import json
@@ -30,7 +32,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, hibernate, outlog, pip_magic, ptc, runtime, wire
+from . import files, hibernate, lazy_debugger, outlog, pip_magic, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -148,6 +150,9 @@ def skip_empty_flushes(stream: Any) -> None:
     stream.flush = lean_flush
 
 
+lazy_debugger.hold_back()  # before any kernel is made: ipykernel then makes no debugger at start
+
+
 class CellgateKernel(IPythonKernel):
     # ipykernel sleeps 0.5 ms before each execute_reply, for clients that act on
     # the reply before the cell's output arrives; inside gVisor that sleep costs
@@ -161,7 +166,9 @@ class CellgateKernel(IPythonKernel):
     banner = "cellgate: an IPython kernel in a gVisor sandbox; tools calls are gated and recorded"
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # no debugger yet (lazy_debugger)
+        self._debugger_installed = lazy_debugger.installed()
+        self._stopped_events: asyncio.Future[None] | None = None
         self.gate_client = runtime.GateClient(reply_wait=_env_float(wire.ENV_REPLY_WAIT, 3600.0))
         runtime.install(self.gate_client)
         self.files = files.FileService()  # the host's uploads and downloads (``files``)
@@ -184,6 +191,40 @@ class CellgateKernel(IPythonKernel):
                     self.output_log.wrap(stream)
                 if self.output_cap is not None:
                     self.output_cap.wrap(stream)
+
+    @property
+    @override
+    def kernel_info(self) -> dict[str, Any]:
+        """ipykernel's, offering the debugger whenever debugpy is installed (it is loaded when first asked)."""
+        info: dict[str, Any] = super().kernel_info
+        if self._debugger_installed and "debugger" not in info["supported_features"]:
+            info["supported_features"].append("debugger")
+        return info
+
+    @override
+    async def do_debug_request(self, msg: Any) -> Any:
+        if getattr(self, "debugger", None) is None and self._debugger_installed:
+            self._start_debugger()
+        return await super().do_debug_request(msg)  # type: ignore[no-untyped-call]
+
+    def _start_debugger(self) -> None:
+        """Make ipykernel's debugger as its kernel would have at start (on the control thread, as requests are)."""
+        module = lazy_debugger.load()
+        if module is None:
+            self._debugger_installed = False
+            return
+        self.debugger = module.Debugger(self.log, self.debugpy_stream, self._publish_debug_event,
+                                        self.debug_shell_socket, self.session, self._kernel_modules,
+                                        self.debug_just_my_code, self.filter_internal_frames)
+        polling = IPythonKernel.poll_stopped_queue(self)  # type: ignore[no-untyped-call]
+        self._stopped_events = asyncio.ensure_future(polling)
+
+    @override
+    async def poll_stopped_queue(self) -> None:
+        """ipykernel's start runs this; without a debugger yet there is nothing to poll (``_start_debugger``
+        polls once it made one)."""
+        if getattr(self, "debugger", None) is not None:
+            await super().poll_stopped_queue()  # type: ignore[no-untyped-call]
 
     def _restricted_runner(self) -> Any:
         setting = os.environ.get(wire.ENV_RESTRICTED)

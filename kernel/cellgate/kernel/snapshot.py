@@ -1,6 +1,6 @@
 """The kernel's side of snapshot starts (``gate.snapshot`` is the host's).
 
-Starting Python and importing ipykernel, IPython and debugpy is most of a
+Starting Python and importing ipykernel and IPython is most of a
 sandbox's start inside gVisor. So the host builds, once per configuration, a
 snapshot image of a sandbox that has done exactly that and is waiting for its
 connection file; every later sandbox of that configuration is restored from
@@ -24,7 +24,7 @@ READY_ENV = wire.ENV_SNAPSHOT_READY
 
 # Imported before the snapshot: what the kernel and ipykernel's start import.
 PRELOAD = (
-    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.comm", "ipykernel.debugger",
+    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.comm",
     "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.logger", "IPython.core.oinspect",
     "IPython.extensions.storemagic", "tornado.queues", "cellgate.kernel.kernel", "cellgate.kernel.restricted",
 )
@@ -39,7 +39,7 @@ def preload() -> None:
         try:
             importlib.import_module(name)
         except ImportError:
-            pass  # optional parts (debugpy, RestrictedPython) load later if at all
+            pass  # optional parts (RestrictedPython) load later if at all; debugpy on the first debug request
     image_preload()
     if os.environ.get(wire.ENV_WARM_COMPLETION) == "1":  # the image's choice: its spec's warm_completion
         warm_completer()
