@@ -101,7 +101,7 @@ async def through_gate(folder: Path, mb: int, calls: int) -> list[float]:
 
 async def data_path(folder: Path, calls: int) -> dict[str, list[float]]:
     out = {"plain_1": await plain_comm(1, calls), "gate_1": await through_gate(folder, 1, calls),
-           "gate_10": await through_gate(folder, 10, max(3, calls // 4))}
+           "gate_10": await through_gate(folder, 10, max(6, calls // 2))}
     out["gate_10_mbps"] = [10 * 1000 / ms for ms in out["gate_10"]]
     return out
 

@@ -331,7 +331,7 @@ class CellgateKernel(IPythonKernel):
     def _gate_reply(self, msg: dict[str, Any]) -> None:
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
-            self.gate_client.resolve(content.get("data"))
+            self.gate_client.resolve(content.get("data"), list(msg.get("buffers") or []))
         elif content.get("comm_id") == wire.FILES_COMM:
             self.files.handle(content.get("data"), list(msg.get("buffers") or []))
         elif content.get("comm_id") == wire.PAUSE_COMM and self.parent is not None:

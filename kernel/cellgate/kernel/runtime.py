@@ -23,6 +23,16 @@ from concurrent.futures import Future
 from typing import Any, Final
 
 from .errors import ToolError, ToolNotFound, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
+
+try:  # every image has orjson (the kernel's requirements); the host's own interpreter may not
+    import orjson
+except ModuleNotFoundError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
+
+
+def _loads(frame: Any) -> Any:
+    """A result frame's JSON (a buffer: memoryview or bytes)."""
+    return orjson.loads(frame) if orjson is not None else json.loads(bytes(frame))
 from .wire import COMM_TARGET, MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL
 
 
@@ -186,8 +196,9 @@ class GateClient:
         with self._lock:
             self._pending.pop(call_id, None)
 
-    def resolve(self, data: Any) -> None:
-        """Deliver a host reply, or a batch of them (called on the kernel's control thread).
+    def resolve(self, data: Any, frames: list[Any] | None = None) -> None:
+        """Deliver a host reply, or a batch of them (called on the kernel's control thread); a large result is
+        one of the message's ``frames`` (its JSON), decoded here.
 
         Replies to async calls reach their event loop in one hand-off per
         batch, so the calls they wake are made in one loop turn and leave as
@@ -203,6 +214,7 @@ class GateClient:
             if entry is None:
                 continue
             tool, future = entry
+            item = _with_framed_result(item, frames or [])
             if isinstance(future, asyncio.Future):
                 by_loop.setdefault(future.get_loop(), []).append((tool, future, item))
             else:
@@ -212,6 +224,17 @@ class GateClient:
                 loop.call_soon_threadsafe(_settle_all, replies)
             except RuntimeError:
                 pass  # that loop is closed: nobody waits for these any more
+
+
+def _with_framed_result(item: dict[str, Any], frames: list[Any]) -> dict[str, Any]:
+    """The reply with its result read from the frame it names (``wire.RESULT_FRAME_BYTES``)."""
+    index = item.get("result_frame")
+    if index is None:
+        return item
+    if not isinstance(index, int) or not 0 <= index < len(frames):
+        return {"id": item["id"], "ok": False, "error": {"kind": "failed", "message": "the gate's reply named a "
+                                                                                        "result frame it did not send"}}
+    return {**item, "result": _loads(frames[index])}
 
 
 def _settle_all(replies: list[tuple[str, Any, Any]]) -> None:

@@ -51,6 +51,9 @@ ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 # as binary buffers of at most FILE_CHUNK_BYTES each, never in JSON (see ``cellgate.gate.session.files``).
 FILES_TARGET: Final = "cellgate.files"
 FILES_COMM: Final = "cellgate-files"
+# A call's result of at least this many bytes of JSON leaves the gate as a binary frame of the reply message
+# (the reply then names it: "result_frame": its index), encoded once on the host and decoded once here.
+RESULT_FRAME_BYTES: Final = 1 << 16
 FILE_CHUNK_BYTES: Final = 4 << 20
 
 # Pausing a live kernel (``cellgate.kernel.hibernate``): the host asks on the control channel with a comm_msg of this

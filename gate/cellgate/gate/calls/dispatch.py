@@ -246,11 +246,13 @@ class Dispatcher:
             record.ok, record.result = True, kept.scrub(shown)  # (text: plain's canonical JSON, made once)
             # Size and digest of the recorded value (secrets as markers or keyed digests): what the blob
             # holds, and a digest that never confirms a guessed secret.
+            encoded = text.encode()
             recorded = text if record.result is plain else canonical_json(record.result)
+            recorded_bytes = encoded if recorded is text else recorded.encode()
             record.result_text = recorded
-            record.result_bytes = len(recorded.encode())
-            record.result_sha256 = sha256_hex(recorded)
-            reply = CallReply(id=request.id, ok=True, result=plain)
+            record.result_bytes = len(recorded_bytes)
+            record.result_sha256 = sha256_hex(recorded_bytes)
+            reply = CallReply(id=request.id, ok=True, result=plain, encoded=encoded)
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool, scope.counts)
         span.ended(record)

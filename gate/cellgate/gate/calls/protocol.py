@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cellgate.gate._errors import ProtocolError
-from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL, ErrorKind
+from cellgate.kernel.wire import MAX_BATCH_CALLS, MAX_REQUEST_BYTES, OP_BATCH, OP_CALL, RESULT_FRAME_BYTES, ErrorKind
 
 __all__ = ["CallFailed", "CallReply", "CallRequest", "ProtocolError", "batch_items", "error_reply", "parse_call",
            "strict_loads"]
@@ -111,10 +111,15 @@ class CallReply:
     ok: bool
     result: Any = None
     error: dict[str, str] | None = None
+    encoded: bytes | None = field(default=None, repr=False)  # the result's JSON, made once by the gate
 
-    def wire(self) -> dict[str, Any]:
-        """The reply as the kernel reads it."""
+    def wire(self, frames: list[bytes] | None = None) -> dict[str, Any]:
+        """The reply as the kernel reads it; a large result goes into ``frames`` (the message's binary buffers) as
+        its JSON, not into the message's own JSON, which would encode it again."""
         if self.ok:
+            if frames is not None and self.encoded is not None and len(self.encoded) >= RESULT_FRAME_BYTES:
+                frames.append(self.encoded)
+                return {"id": self.id, "ok": True, "result_frame": len(frames) - 1}
             return {"id": self.id, "ok": True, "result": self.result}
         return {"id": self.id, "ok": False, "error": self.error}
 

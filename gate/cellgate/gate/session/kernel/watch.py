@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -124,11 +124,11 @@ class KernelWatch:
             self._oom.close()
 
     # ------------------------------------------------------ control
-    async def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
+    async def send_control(self, msg_type: str, content: dict[str, Any], buffers: Sequence[bytes] = ()) -> None:
         if self.control is None or self.control.closed:  # the kernel was detached while this waited its turn
             return
         msg = self.session.msg(msg_type, content)
-        await self.control.send_multipart(self.session.serialize(msg))
+        await self.control.send_multipart([*self.session.serialize(msg), *buffers], copy=False)
 
     async def interrupt(self) -> None:
         """Send the kernel an interrupt_request on control (as a notebook's interrupt does)."""

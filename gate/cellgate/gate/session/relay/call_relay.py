@@ -49,7 +49,7 @@ class CallRelay:
         self.events = ctx.events
         self.tasks = ctx.tasks
         self._show = show
-        self._outbox: dict[str, list[dict[str, Any]]] = {}
+        self._outbox: dict[str, list[CallReply]] = {}
         self._flush_scheduled = False
 
     def on_request(self, comm_id: str, data: Any, size: int) -> None:
@@ -101,7 +101,7 @@ class CallRelay:
 
     def _reply(self, comm_id: str, reply: CallReply) -> None:
         """Queue a reply; replies ready in the same loop turn go to the kernel as one message."""
-        self._outbox.setdefault(comm_id, []).append(reply.wire())
+        self._outbox.setdefault(comm_id, []).append(reply)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(lambda: self.tasks.spawn(self._flush()))
@@ -110,5 +110,7 @@ class CallRelay:
         self._flush_scheduled = False
         outbox, self._outbox = self._outbox, {}
         for comm_id, replies in outbox.items():
-            data = replies[0] if len(replies) == 1 else {"batch": replies}
-            await self.kernel.send_control("comm_msg", {"comm_id": comm_id, "data": data})
+            frames: list[bytes] = []  # large results, as the message's binary buffers
+            wired = [reply.wire(frames) for reply in replies]
+            data = wired[0] if len(wired) == 1 else {"batch": wired}
+            await self.kernel.send_control("comm_msg", {"comm_id": comm_id, "data": data}, frames)
