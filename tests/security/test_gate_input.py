@@ -198,7 +198,8 @@ _, again = call_frame("echo", {"text": "twice"}, call_id=call_id)
 _, later = call_frame("echo", {"text": "thrice"}, call_id=call_id)
 got = []
 client = _rt.client()
-client.resolve = lambda data: got.append(data) if data.get("id") == call_id else type(client).resolve(client, data)
+client.resolve = lambda data, *frames: (got.append(data) if data.get("id") == call_id
+                                        else type(client).resolve(client, data, *frames))
 send(frames); send(again)   # back to back, as two racing threads would
 deadline = time.monotonic() + 20
 while len(got) < 2 and time.monotonic() < deadline:
