@@ -239,7 +239,7 @@ class UnrecordedRecorder(Recorder):
     def write_notebook(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, ending: str = "session-ended", **data: Any) -> None:  # as Recorder.close
         pass
 
 
