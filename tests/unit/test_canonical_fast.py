@@ -65,3 +65,16 @@ def test_what_json_refuses_is_still_refused(value: object) -> None:
         canonical_json(value)
     with pytest.raises(expected.type):
         canonical_json_fast(value)
+
+
+def test_ordinary_records_take_the_fast_way() -> None:
+    """The point of it: records of strings, integers and plain floats are never sent json's way; only the
+    spellings that can differ are."""
+    import orjson
+
+    from cellgate.gate._json import _spelled_otherwise
+
+    rows = [{"id": i, "customer": "ALFKI", "carrier": "NorthPost", "amount": 1234.5 + i, "note": "x" * 40}
+            for i in range(2000)]
+    assert not _spelled_otherwise(orjson.dumps(rows, option=orjson.OPT_SORT_KEYS))
+    assert _spelled_otherwise(b'[{"a":1e-05}]') and _spelled_otherwise(b'[null]') and _spelled_otherwise(b"[0.00001]")
