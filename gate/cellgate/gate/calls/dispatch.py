@@ -32,7 +32,7 @@ import functools
 import inspect
 import itertools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -40,7 +40,7 @@ import jsonschema
 import pydantic_core
 
 from cellgate.gate._errors import SourceUnavailable
-from cellgate.gate._json import canonical_json, canonical_json_fast, sha256_hex, utcnow
+from cellgate.gate._json import canonical_json, canonical_text, json_bytes, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
@@ -198,10 +198,17 @@ class Dispatcher:
                            refusal=scope.refusals.note(request.tool))
         return None
 
-    async def serve(self, request: CallRequest, scope: CallScope) -> Outcome:
-        """Decide, run and record an admitted call."""
+    async def serve(self, request: CallRequest, scope: CallScope,
+                    answer: Callable[[CallReply], None] | None = None) -> Outcome:
+        """Decide, run and record an admitted call. ``answer``, if given, is handed the reply before the call's
+        record is made (nothing else runs between the two): a large result travels to the kernel, and is decoded
+        there, while the gate takes its canonical text and digest."""
         seq = next(self._seq)
         reply, record = await self._call(request, seq, scope)
+        if answer is not None:
+            answer(reply)
+        if reply.ok:
+            _digest_result(record, reply)
         refusal = scope.refusals.outcome(record) if scope.refusals is not None else "record"
         if refusal == "record":
             self.log.call_finished(scope.cell, record)
@@ -233,7 +240,7 @@ class Dispatcher:
         start = time.perf_counter()
         try:
             # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
-            plain, shown, text = await span.inside(self._decide_and_run)(request, record, scope, secrets)
+            plain, shown, encoded = await span.inside(self._decide_and_run)(request, record, scope, secrets)
         except CallFailed as failure:
             if record.rule is None and failure.kind in REFUSED_BEFORE_RULES:  # no rule decided: not a "deny"
                 record.decision = REFUSED_BEFORE_RULES[failure.kind]
@@ -243,15 +250,7 @@ class Dispatcher:
             span.ended(record)
             raise
         else:
-            record.ok, record.result = True, kept.scrub(shown)  # (text: plain's canonical JSON, made once)
-            # Size and digest of the recorded value (secrets as markers or keyed digests): what the blob
-            # holds, and a digest that never confirms a guessed secret.
-            encoded = text.encode()
-            recorded = text if record.result is plain else canonical_json(record.result)
-            recorded_bytes = encoded if recorded is text else recorded.encode()
-            record.result_text = recorded
-            record.result_bytes = len(recorded_bytes)
-            record.result_sha256 = sha256_hex(recorded_bytes)
+            record.ok, record.result = True, kept.scrub(shown)  # its size and digest: serve, once answered
             reply = CallReply(id=request.id, ok=True, result=plain, encoded=encoded)
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool, scope.counts)
@@ -259,8 +258,8 @@ class Dispatcher:
         return reply, record
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, scope: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any, str]:
-        """Decide and run the call: the result for the sandbox, the one for the record, and the first's JSON text."""
+                              secrets: list[str]) -> tuple[Any, Any, bytes]:
+        """Decide and run the call: the result for the sandbox, the one for the record, and the first's JSON (``json_bytes``)."""
         tool = self.registry.get(request.tool)
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
@@ -321,17 +320,17 @@ class Dispatcher:
         secrets.extend(found)
         try:
             try:  # a result of JSON's own types (most are) is encoded as it is: one encode, no conversion
-                converted, text = plain, canonical_json_fast(plain)
+                converted, encoded = plain, json_bytes(plain)
             except (TypeError, ValueError):  # anything else converted first (NaN and the like then refused)
                 converted = pydantic_core.to_jsonable_python(plain)
-                text = canonical_json(converted)
+                encoded = canonical_json(converted).encode()
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
-        size = len(text.encode())
+        size = len(encoded)  # (within a few bytes of the canonical size: exponents are spelled apart)
         if size > self.policy.max_result_bytes:
             raise CallFailed("failed", f"tool {tool.name!r} returned {size} bytes, over the "
                                        f"{self.policy.max_result_bytes} byte limit ([policy] max_result_bytes)")
-        return converted, pydantic_core.to_jsonable_python(shown) if found else converted, text
+        return converted, pydantic_core.to_jsonable_python(shown) if found else converted, encoded
 
     def _concurrency(self, tool: str) -> int:
         entry = self.policy.for_tool(tool)
@@ -372,3 +371,15 @@ class Dispatcher:
         """The session ends; the calls whose tools still run on their threads, left behind (for the journal)."""
         self.approvals.close()
         return self._threads.abandon()
+
+
+def _digest_result(record: CallRecord, reply: CallReply) -> None:
+    """Size and digest of the recorded value (secrets as markers or keyed digests): what the blob holds, and a
+    digest that never confirms a guessed secret. The canonical text is the reply's JSON where spelled alike."""
+    assert reply.encoded is not None
+    text = canonical_text(reply.result, reply.encoded)
+    recorded = text if record.result is reply.result else canonical_json(record.result)
+    recorded_bytes = recorded.encode()
+    record.result_text = recorded
+    record.result_bytes = len(recorded_bytes)
+    record.result_sha256 = sha256_hex(recorded_bytes)

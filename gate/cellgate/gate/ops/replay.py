@@ -223,7 +223,7 @@ class ReplayGate(Dispatcher):
         self.stopped_at = min(max(self.cell_index, 0), len(self.recording) - 1) if self.recording else -1
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any, str]:
+                              secrets: list[str]) -> tuple[Any, Any, bytes]:
         if request.tool in self.live:
             self.live_calls += 1
             return await super()._decide_and_run(request, record, context, secrets)
@@ -240,7 +240,7 @@ class ReplayGate(Dispatcher):
                 await asyncio.to_thread(self.packages.reinstall, recorded.result)
             except PackageRefused as exc:
                 raise CallFailed("failed", f"the recorded packages could not be put back: {exc}") from None
-        return recorded.result, recorded.result, canonical_json(recorded.result)
+        return recorded.result, recorded.result, canonical_json(recorded.result).encode()
 
     def _next(self, request: CallRequest, record: CallRecord) -> RecordedCall:
         if self.stopped_at is not None:

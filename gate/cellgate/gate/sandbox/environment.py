@@ -39,6 +39,8 @@ PACKAGES_DIR: Final = "/opt/cellgate/packages"  # the session's package layer (`
 WORKSPACE: Final = "/workspace"
 SNAPSHOT_READY: Final = "snapshot-ready"
 OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
+HEAP_MMAP_THRESHOLD: Final = 256 << 20  # bytes: larger blocks are mapped on their own (glibc's default: 128 KiB)
+HEAP_TRIM_THRESHOLD: Final = 1 << 30  # free bytes atop the heap before glibc trims it itself (the kernel trims idle)
 
 
 ENV_ALLOWLIST: Final = frozenset(
@@ -60,6 +62,9 @@ ENV_ALLOWLIST: Final = frozenset(
         "FONTCONFIG_FILE",
         "TMPDIR",
         "MALLOC_ARENA_MAX",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "PYTHONMALLOC",
         *wire.KERNEL_ENV,
     }
 )
@@ -97,9 +102,16 @@ def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tup
         wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
         wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
         wire.ENV_OUTPUT_LIMIT: str(limits.kernel_output_bytes),
-        # glibc reserves 64 MiB of address space per thread arena; under the
-        # RLIMIT_AS cap that would leave room for only a few dozen threads.
-        "MALLOC_ARENA_MAX": "2",
+        # One heap for every thread: glibc reserves 64 MiB of address space per thread arena (under the RLIMIT_AS
+        # cap that left room for few threads), and an arena's heap grows a page range at a time, each step a
+        # costly call inside gVisor (a 10 MB tool result, decoded on the control thread, once took 2.6 s so).
+        "MALLOC_ARENA_MAX": "1",
+        # glibc's malloc for Python's objects too, keeping what a cell frees (a page first touched inside gVisor
+        # is a costly fault; a 10 MB tool result decoded at twice the speed): the kernel gives it back once idle
+        # (cellgate.kernel.heap). Blocks up to 256 MiB come from the heap, not a fresh mapping each time.
+        "PYTHONMALLOC": "malloc",
+        "MALLOC_MMAP_THRESHOLD_": str(HEAP_MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(HEAP_TRIM_THRESHOLD),
         # Where a kernel started without a connection file says it is ready to
         # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
         wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -125,10 +125,18 @@ class KernelWatch:
 
     # ------------------------------------------------------ control
     async def send_control(self, msg_type: str, content: dict[str, Any], buffers: Sequence[bytes] = ()) -> None:
-        if self.control is None or self.control.closed:  # the kernel was detached while this waited its turn
-            return
+        sent = self.send_control_now(msg_type, content, buffers)
+        if sent is not None:
+            await sent
+
+    def send_control_now(self, msg_type: str, content: dict[str, Any],
+                         buffers: Sequence[bytes] = ()) -> Awaitable[Any] | None:
+        """Hand a control message to ZeroMQ now (sent at once unless earlier sends still wait); await what this
+        returns for it to be sent. None: no kernel is attached (it was detached while this waited its turn)."""
+        if self.control is None or self.control.closed:
+            return None
         msg = self.session.msg(msg_type, content)
-        await self.control.send_multipart([*self.session.serialize(msg), *buffers], copy=False)
+        return self.control.send_multipart([*self.session.serialize(msg), *buffers], copy=False)
 
     async def interrupt(self) -> None:
         """Send the kernel an interrupt_request on control (as a notebook's interrupt does)."""

@@ -13,7 +13,7 @@ frontends are shown a notice (``notices``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from cellgate.gate.calls.asking import Waiting
@@ -89,15 +89,31 @@ class CallRelay:
         self.tasks.spawn(self._serve(comm_id, head, request, scope))
 
     async def _serve(self, comm_id: str, head: CellRun, request: CallRequest, scope: CallScope) -> None:
+        answered: list[Awaitable[Any] | None] = []
+
+        def answer(reply: CallReply) -> None:
+            answered.append(self._answer(comm_id, reply))
+
         try:
-            outcome = await self.dispatcher.serve(request, scope)
+            outcome = await self.dispatcher.serve(request, scope, answer)
             self.cells.refused(head, outcome.refusal)
-            reply = outcome.reply
         except Exception as exc:  # a bug or an unwritable journal must not leave the cell waiting
             self.events.failure(exc)
-            reply = error_reply(request.id, "unavailable", f"the gate could not serve {request.tool!r}: "
-                                                           f"{type(exc).__name__}")
-        self._reply(comm_id, reply)
+            if not answered:
+                self._reply(comm_id, error_reply(request.id, "unavailable", f"the gate could not serve "
+                                                 f"{request.tool!r}: {type(exc).__name__}"))
+        if answered and answered[0] is not None:
+            await answered[0]
+
+    def _answer(self, comm_id: str, reply: CallReply) -> Awaitable[Any] | None:
+        """A large result leaves now, on its own (its bytes on their way while its record is made: the send is
+        handed to ZeroMQ before this returns); any other reply joins this loop turn's batch."""
+        frames: list[bytes] = []
+        data = reply.wire(frames)
+        if not frames:
+            self._reply(comm_id, reply)
+            return None
+        return self.kernel.send_control_now("comm_msg", {"comm_id": comm_id, "data": data}, frames)
 
     def _reply(self, comm_id: str, reply: CallReply) -> None:
         """Queue a reply; replies ready in the same loop turn go to the kernel as one message."""
