@@ -49,6 +49,7 @@ from cellgate.gate.session.launch import (
     SandboxOverrides,
 )
 from cellgate.gate.session.provisioner import GVisorProvisioner
+from cellgate.gate.session.ready import wait_for_kernel_info
 from cellgate.gate.telemetry import is_traceparent
 
 # Evaluated by the kernel after each cell (a Jupyter user_expression), so that after a
@@ -251,7 +252,7 @@ class Session:
     async def _connect(self) -> None:
         self._client = self._manager().client()
         self._client.start_channels(iopub=False, stdin=False, hb=False, control=False)
-        await self._client.wait_for_ready(timeout=60)
+        await wait_for_kernel_info(self._client, timeout=60)
         self.dead = False
 
     async def restart(self) -> None:
