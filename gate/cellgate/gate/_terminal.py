@@ -85,6 +85,8 @@ BLANKS = 16  # a run this long of spaces is shown as its count
 
 def pieces(text: str, compress: bool = True) -> list[tuple[str, bool]]:
     """``reveal``'s output as (text, atomic) pieces; an atomic piece (an escape) must not be cut."""
+    if text.isascii() and text.isprintable() and not (compress and " " * BLANKS in text):
+        return [(text, False)] if text else []  # printable ASCII, no long run of blanks: nothing to show otherwise
     out: list[tuple[str, bool]] = []
     last = 0
     for match in _CANDIDATE.finditer(text):

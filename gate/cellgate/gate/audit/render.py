@@ -7,7 +7,6 @@ captured, and the whole notebook is validated when the session closes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -17,7 +16,7 @@ from nbformat.v4 import new_markdown_cell, new_notebook
 from nbformat.v4 import writes as nbjson_writes
 from nbformat.v4.rwbase import split_lines
 
-from cellgate.gate._json import sha256_hex
+from cellgate.gate._json import notebook_json, sha256_hex
 from cellgate.gate.audit.calls_view import calls_output
 from cellgate.gate.audit.cells import CellRecord
 from cellgate.gate.audit.journal import json_safe
@@ -124,9 +123,8 @@ class NotebookText:
     def _cell_text(self, cell: CellRecord) -> str:
         cached = self._cells.get(cell.serial)
         if cached is None or cached[0] != cell.version:
-            node = split_lines(nbformat.from_dict({"cells": [cell_node(cell)]})).cells[0]
-            cached = self._cells[cell.serial] = (cell.version, json.dumps(node, sort_keys=True, indent=1,
-                                                                         ensure_ascii=False))
+            node = split_lines(NotebookNode(cells=[cell_node(cell)])).cells[0]  # (a NotebookNode down to outputs)
+            cached = self._cells[cell.serial] = (cell.version, notebook_json(node))
         return cached[1]
 
     def render(self, run: Run, journal_name: str) -> str:
