@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cellgate.gate._terminal import head_and_tail, value_text
+from cellgate.gate._terminal import head_and_tail, reveal, value_text
 from cellgate.gate.audit import call_summary as cs
 
 T0 = "2026-12-01T03:04:05.250Z"
@@ -102,3 +102,13 @@ def test_values_are_shortened_head_and_tail_with_hidden_characters_escaped() -> 
     long = head_and_tail("a" * 1000 + "\u200b" + "z" * 1000, 90)
     assert long == "a" * 60 + " … ⟨1,916 characters elided⟩ … " + "z" * 30
     assert head_and_tail("\x1b[2J", 10) == "\\x1b[2J"
+
+
+def test_plain_text_is_shown_as_it_is_and_a_long_run_of_blanks_still_by_its_count() -> None:
+    # Printable ASCII takes a short way through the escaping (the views render thousands of fields): what it
+    # shows must be what the full scan shows.
+    assert reveal("title: Follow up on order 10248 (late)") == "title: Follow up on order 10248 (late)"
+    assert reveal("a" + " " * 15 + "b") == "a" + " " * 15 + "b"
+    assert reveal("a" + " " * 16 + "b") == "a ⟨16 blanks⟩ b"
+    assert reveal("a" + " " * 16 + "b", compress=False) == "a" + " " * 16 + "b"
+    assert reveal("tab\there") == "tab\\there" and reveal("") == ""
