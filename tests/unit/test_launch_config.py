@@ -55,7 +55,7 @@ PINNED_ENV = frozenset({
     "PYTHONPATH", "PYTHONSAFEPATH", "TMPDIR", "XDG_CACHE_HOME",
     "FONTCONFIG_FILE",  # the generated /etc's fonts.conf (issue 29)
     "CELLGATE_WARM_COMPLETION",  # an image whose snapshot holds jedi's parse (issue 33: memory per session)
-    "PYTHONMALLOC", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",  # a heap kept while cells run (issue 33)
+    "PYTHONMALLOC", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",  # a heap kept while cells run (issue 33)
 })
 
 

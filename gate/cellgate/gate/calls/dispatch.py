@@ -353,11 +353,11 @@ class Dispatcher:
         if blocking:
             await self._wait_for_slot(tool, self._threads.reserve(), "the session's tool threads")
         try:
+            if blocking:
+                return await self._threads.run(functools.partial(tool.function, **args), call, self.call_timeout)
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation (gh-86296).
             async with asyncio.timeout(self.call_timeout):
-                if not blocking:
-                    return await tool.function(**args)
-                return await self._threads.run(functools.partial(tool.function, **args), call)
+                return await tool.function(**args)
         except TimeoutError:
             # A thread cannot be killed: the tool may still finish, but its result is discarded and the
             # cell is told it timed out; a thread still running when the session ends is abandoned (close).

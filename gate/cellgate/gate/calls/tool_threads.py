@@ -72,9 +72,10 @@ class ToolThreads:
         self._slots.release()
         loop_slots.release()
 
-    async def run(self, job: Callable[[], Any], call: Running) -> Any:
-        """Run ``job`` (in the caller's context) on its own thread, in the slot ``reserve`` took; cancelling the
-        wait leaves the thread running (its slot is freed when it ends)."""
+    async def run(self, job: Callable[[], Any], call: Running, deadline: float | None = None) -> Any:
+        """Run ``job`` (in the caller's context) on its own thread, in the slot ``reserve`` took, waiting at most
+        ``deadline`` seconds (then TimeoutError); giving up or cancelling the wait leaves the thread running (its
+        slot is freed when it ends)."""
         loop = asyncio.get_running_loop()
         loop_slots = _loop_slots()
         future: asyncio.Future[Any] = loop.create_future()
@@ -103,7 +104,18 @@ class ToolThreads:
                 self._running.pop(key, None)
             self._release(loop_slots)
             raise
-        return await future
+        try:
+            # asyncio.wait, not a timeout around the await: when the deadline and the thread's result fall due in
+            # one loop turn (a loop held up past the deadline: on a saturated host a disk write stalled it for
+            # seconds), the result that is there wins; a timeout's cancellation would have thrown it away.
+            done, _ = await asyncio.wait({future}, timeout=deadline)
+        except BaseException:
+            future.cancel()
+            raise
+        if not done:
+            future.cancel()
+            raise TimeoutError
+        return future.result()
 
     def _settle(self, future: asyncio.Future[Any], outcome: tuple[bool, Any], loop_slots: asyncio.Semaphore) -> None:
         self._release(loop_slots)

@@ -41,6 +41,7 @@ SNAPSHOT_READY: Final = "snapshot-ready"
 OUTPUT_LOG: Final = "output.log"  # in the socket folder: the kernel's stream output, read by the host if it dies
 HEAP_MMAP_THRESHOLD: Final = 256 << 20  # bytes: larger blocks are mapped on their own (glibc's default: 128 KiB)
 HEAP_TRIM_THRESHOLD: Final = 1 << 30  # free bytes atop the heap before glibc trims it itself (the kernel trims idle)
+HEAP_TOP_PAD: Final = 64 << 20  # bytes a heap grows by beyond what it needs (glibc's default: 128 KiB)
 
 
 ENV_ALLOWLIST: Final = frozenset(
@@ -64,6 +65,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "MALLOC_ARENA_MAX",
         "MALLOC_MMAP_THRESHOLD_",
         "MALLOC_TRIM_THRESHOLD_",
+        "MALLOC_TOP_PAD_",
         "PYTHONMALLOC",
         *wire.KERNEL_ENV,
     }
@@ -102,16 +104,19 @@ def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tup
         wire.ENV_RLIMIT_AS: str(limits.address_space_bytes),
         wire.ENV_REPLY_WAIT: f"{reply_wait:g}",
         wire.ENV_OUTPUT_LIMIT: str(limits.kernel_output_bytes),
-        # One heap for every thread: glibc reserves 64 MiB of address space per thread arena (under the RLIMIT_AS
-        # cap that left room for few threads), and an arena's heap grows a page range at a time, each step a
-        # costly call inside gVisor (a 10 MB tool result, decoded on the control thread, once took 2.6 s so).
-        "MALLOC_ARENA_MAX": "1",
+        # glibc reserves 64 MiB of address space per thread arena; under the RLIMIT_AS cap that would leave room
+        # for only a few dozen threads. Two, not one: with one, ZeroMQ's I/O threads and Python's queued on one
+        # lock, and under load (100 sessions on two cores) calls failed their deadlines.
+        "MALLOC_ARENA_MAX": "2",
         # glibc's malloc for Python's objects too, keeping what a cell frees (a page first touched inside gVisor
-        # is a costly fault; a 10 MB tool result decoded at twice the speed): the kernel gives it back once idle
-        # (cellgate.kernel.heap). Blocks up to 256 MiB come from the heap, not a fresh mapping each time.
+        # is a costly fault; a 10 MB tool result decodes four times as fast): the kernel gives it back once idle
+        # (cellgate.kernel.heap). Blocks up to 256 MiB come from the heap, not a fresh mapping each time, and a
+        # heap grows 64 MiB at a time (address space only until touched): in page-sized steps, each a costly
+        # call inside gVisor, a 10 MB result's first decode on the control thread's arena took 2.6 s.
         "PYTHONMALLOC": "malloc",
         "MALLOC_MMAP_THRESHOLD_": str(HEAP_MMAP_THRESHOLD),
         "MALLOC_TRIM_THRESHOLD_": str(HEAP_TRIM_THRESHOLD),
+        "MALLOC_TOP_PAD_": str(HEAP_TOP_PAD),
         # Where a kernel started without a connection file says it is ready to
         # be snapshotted (cellgate.kernel.snapshot); ignored by every other start.
         wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",
