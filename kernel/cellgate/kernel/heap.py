@@ -37,15 +37,18 @@ class IdleTrim:
         self.trims = 0  # how many ran (read by tests)
 
     def cell_started(self) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        self._cancel()
 
     def cell_ended(self) -> None:
         if self._trim is None:
             return
-        self.cell_started()
+        self._cancel()
         self._pending = asyncio.get_running_loop().call_later(self.after, self._run)
+
+    def _cancel(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
 
     def _run(self) -> None:
         self._pending = None
