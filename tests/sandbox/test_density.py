@@ -11,13 +11,16 @@ from pathlib import Path
 from conftest import SAMPLE_TOOLS
 
 from cellgate.gate import Session
+from cellgate.gate.sandbox.runtime_dir import run_root
 
 PROBE = ("import sys\nk = get_ipython().kernel\n"
          "print('debugpy' in sys.modules, 'debugger' in k.kernel_info['supported_features'], "
          "getattr(k, 'debugger', None) is None)")
 
 
-def reapers_of(pid: int) -> list[str]:
+def reapers_of(pid: int, root: Path) -> list[str]:
+    """The reapers watching ``root`` for the process ``pid`` (another test of this process may have left one
+    watching a run root of its own: one per process and run root, alive until the process ends)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -25,7 +28,7 @@ def reapers_of(pid: int) -> list[str]:
                 line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "reaper.py" in line and line.rstrip().endswith(f" {pid}"):
+            if "reaper.py" in line and line.rstrip().endswith(f" {root} {pid}"):
                 found.append(line)
     return found
 
@@ -38,7 +41,7 @@ def test_sessions_of_one_process_share_one_reaper_and_their_kernels_load_debugpy
         try:
             await asyncio.gather(*(s.start() for s in sessions))
             answers = [(await s.execute(PROBE)).stdout for s in sessions]
-            return answers, reapers_of(os.getpid())
+            return answers, reapers_of(os.getpid(), run_root())
         finally:
             await asyncio.gather(*(s.shutdown() for s in sessions), return_exceptions=True)
 
