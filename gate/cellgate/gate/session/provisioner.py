@@ -233,6 +233,10 @@ class GVisorProvisioner(LocalProvisioner):
         """Interrupt the running cell with an interrupt_request on control (as a notebook's interrupt does)."""
         await asyncio.to_thread(self.started.service.interrupt)
 
+    async def iopub_heard(self, timeout: float) -> bool:
+        """Whether the kernel's IOPub has reached the relay since the sandbox started (waiting up to ``timeout``)."""
+        return await asyncio.wrap_future(self.started.service.iopub_heard(timeout))
+
     async def call_direct(self, tool: str, args: dict[str, Any]) -> DirectResult:
         """A tool call the model makes on its own turn: gated and recorded as a ``direct`` cell."""
         return await asyncio.wrap_future(self.started.service.call_direct(tool, args))

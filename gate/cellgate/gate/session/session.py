@@ -252,7 +252,7 @@ class Session:
     async def _connect(self) -> None:
         self._client = self._manager().client()
         self._client.start_channels(iopub=False, stdin=False, hb=False, control=False)
-        await wait_for_kernel_info(self._client, timeout=60)
+        await wait_for_kernel_info(self._client, timeout=60, heard=self.provisioner.iopub_heard)
         self.dead = False
 
     async def restart(self) -> None:

@@ -98,6 +98,7 @@ class Relay:
         self._back: dict[str, zmq.asyncio.Socket] = {}
         self._monitors: list[zmq.asyncio.Socket] = []
         self._welcomed: asyncio.Event | None = None  # set by the IOPub welcome a reconnect waits for
+        self._heard: asyncio.Event | None = None  # set by the first IOPub message after an attach
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="cellgate-gate", daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -153,6 +154,21 @@ class Relay:
     def attach(self, sandbox: SandboxHandle) -> None:
         """Connect to a started sandbox's sockets (its backend's ``start`` returned: they are ready)."""
         self._call(self._attach(sandbox))
+
+    def iopub_heard(self, timeout: float) -> concurrent.futures.Future[bool]:
+        """Whether the kernel's IOPub has reached the relay since it attached, waiting up to ``timeout`` s. Until
+        the kernel's side has the relay's subscription, what it publishes (a first cell's output) reaches nobody."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(self._iopub_heard(timeout), self.loop)
+
+    async def _iopub_heard(self, timeout: float) -> bool:
+        heard = self._heard
+        if heard is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await heard.wait()
+        return heard.is_set()
 
     def interrupt(self) -> None:
         """Send the kernel an interrupt_request on control (as the cell timeout does)."""
@@ -322,6 +338,7 @@ class Relay:
         for channel in ROUTED:
             self._back[channel] = self._connect(zmq.DEALER, endpoint(info, channel),
                                                 identity if channel in ("shell", "stdin") else None, curve)
+        self._heard = asyncio.Event()  # before the subscription goes out: its welcome may come at once
         self._back["iopub"] = self._connect(zmq.SUB, endpoint(info, "iopub"), curve_server_key=curve)
         control = self._connect(zmq.DEALER, endpoint(info, "control"), curve_server_key=curve)
         for channel, sock in [*self._back.items(), ("control (host)", control)]:
@@ -485,6 +502,8 @@ class Relay:
             except Exception as exc:  # hostile input must never stop the pump
                 self.events.protocol("protocol-error", channel="iopub", error=f"{type(exc).__name__}: {exc}"[:500])
                 continue
+            if self._heard is not None:
+                self._heard.set()  # the subscription reached the kernel (``iopub_heard``)
             if forward is not None and self._welcomed is not None and \
                     forward["header"].get("msg_type") == "iopub_welcome":
                 self._welcomed.set()  # the kernel sees the relay's subscription (``_reconnect_kernel``)
