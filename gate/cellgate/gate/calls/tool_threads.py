@@ -7,10 +7,11 @@ threads are daemons: the process exits when the session ends, and the session jo
 threads were still running (``abandoned``).
 
 At most ``max_running`` of a session run at once, those past their deadline included (a stuck tool keeps its
-place), and at most ``PROCESS_RUNNING`` of all the sessions on one event loop (one gate process serving many, as
-``cellgate mcp serve`` and a ``Pool`` do): a hundred threads building results at once would share the
-interpreter's lock a hundred ways, so that each call's own run, which its deadline measures, grew with the load.
-A call waits for both slots before its deadline starts (``Dispatcher``: that wait has its own bound).
+place), and at most ``PROCESS_RUNNING`` of all the sessions of the process (one gate process serving many, as
+``cellgate mcp serve``, a ``Pool`` and the load benchmark do; ``process_slots``): a hundred threads building
+results at once would share the interpreter's lock a hundred ways, so that each call's own run, which its deadline
+measures, grew with the load. A call waits for both slots before its deadline starts (``Dispatcher``: that wait
+has its own bound).
 """
 
 from __future__ import annotations
@@ -20,23 +21,16 @@ import contextvars
 import itertools
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROCESS_RUNNING", "Running", "ToolThreads"]
+from cellgate.gate.calls.process_slots import ProcessSlots
 
-PROCESS_RUNNING = max(8, 4 * (os.cpu_count() or 1))  # tool threads running at once, all sessions of one loop
-_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+__all__ = ["PROCESS_RUNNING", "PROCESS_SLOTS", "Running", "ToolThreads"]
 
-
-def _loop_slots() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    slots = _shared.get(loop)
-    if slots is None:
-        slots = _shared[loop] = asyncio.Semaphore(PROCESS_RUNNING)
-    return slots
+PROCESS_RUNNING = max(8, 4 * (os.cpu_count() or 1))  # tool threads running at once, all sessions of the process
+PROCESS_SLOTS = ProcessSlots(PROCESS_RUNNING)
 
 
 @dataclass(frozen=True)
@@ -52,35 +46,40 @@ class Running:
 class ToolThreads:
     """Runs blocking tool functions of one session, each on a daemon thread."""
 
-    def __init__(self, max_running: int) -> None:
+    def __init__(self, max_running: int, process_slots: ProcessSlots | None = None) -> None:
         self._slots = asyncio.Semaphore(max_running)
+        self._process_slots = process_slots or PROCESS_SLOTS
         self._running: dict[int, Running] = {}
         self._keys = itertools.count()
         self._lock = threading.Lock()
 
     async def reserve(self) -> None:
-        """Wait for a free slot of the session and of the loop, which the next ``run`` takes (apart, so that the
-        wait is bounded on its own)."""
+        """Wait for a free slot of the session and of the process, which the next ``run`` takes (apart, so that
+        the wait is bounded on its own)."""
         await self._slots.acquire()
         try:
-            await _loop_slots().acquire()
+            await self._process_slots.acquire()
         except BaseException:
             self._slots.release()
             raise
 
-    def _release(self, loop_slots: asyncio.Semaphore) -> None:
-        self._slots.release()
-        loop_slots.release()
-
     async def run(self, job: Callable[[], Any], call: Running, deadline: float | None = None) -> Any:
         """Run ``job`` (in the caller's context) on its own thread, in the slot ``reserve`` took, waiting at most
-        ``deadline`` seconds (then TimeoutError); giving up or cancelling the wait leaves the thread running (its
-        slot is freed when it ends)."""
+        ``deadline`` seconds (then TimeoutError); giving up or cancelling the wait leaves the thread running: it
+        keeps its session's slot until it ends, but gives the process's back at once (a stuck tool, most likely
+        waiting on a network, must not hold up every other session's calls)."""
         loop = asyncio.get_running_loop()
-        loop_slots = _loop_slots()
         future: asyncio.Future[Any] = loop.create_future()
         key = next(self._keys)
         context = contextvars.copy_context()  # as asyncio.to_thread carries it
+        held = [True]  # the process's slot, given back once: by the thread's end or the call giving up
+
+        def give_back() -> None:
+            with self._lock:
+                if not held[0]:
+                    return
+                held[0] = False
+            self._process_slots.release()
 
         def main() -> None:
             try:
@@ -90,8 +89,9 @@ class ToolThreads:
             finally:
                 with self._lock:
                     self._running.pop(key, None)
+            give_back()  # here, not on the loop: other sessions' calls wait for it, loop or no loop
             try:
-                loop.call_soon_threadsafe(self._settle, future, outcome, loop_slots)
+                loop.call_soon_threadsafe(self._settle, future, outcome)
             except RuntimeError:  # the session's loop is gone: nobody waits for this result
                 pass
 
@@ -102,7 +102,8 @@ class ToolThreads:
         except BaseException:
             with self._lock:
                 self._running.pop(key, None)
-            self._release(loop_slots)
+            self._slots.release()
+            give_back()
             raise
         try:
             # asyncio.wait, not a timeout around the await: when the deadline and the thread's result fall due in
@@ -111,14 +112,16 @@ class ToolThreads:
             done, _ = await asyncio.wait({future}, timeout=deadline)
         except BaseException:
             future.cancel()
+            give_back()
             raise
         if not done:
             future.cancel()
+            give_back()
             raise TimeoutError
         return future.result()
 
-    def _settle(self, future: asyncio.Future[Any], outcome: tuple[bool, Any], loop_slots: asyncio.Semaphore) -> None:
-        self._release(loop_slots)
+    def _settle(self, future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+        self._slots.release()
         if future.done():  # the call gave up waiting (its deadline passed, or its cell ended)
             return
         ok, value = outcome
