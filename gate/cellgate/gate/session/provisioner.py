@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextvars
+import os
 import secrets
 import signal
 import uuid
@@ -49,6 +51,13 @@ from cellgate.gate.session.package_layer import package_installer
 from cellgate.gate.session.package_layer import remove as remove_package_layer
 from cellgate.gate.session.relay.relay import CellTimeouts, Relay
 from cellgate.gate.telemetry import load_telemetry
+
+# Sandbox starts in flight at once, for all the sessions of the process. A start mostly waits (runsc restores the
+# snapshot while the thread polls for the kernel's sockets), so asyncio's default executor (cores + 4 threads)
+# made a hundred concurrent starts wait in line six at a time; with the host saturated each one took longer, and
+# the line decided the rate. Past this bound starts compete for the same cores.
+STARTS_AT_ONCE = 8 * (os.cpu_count() or 1)
+_starts = concurrent.futures.ThreadPoolExecutor(STARTS_AT_ONCE, thread_name_prefix="cellgate-sandbox-start")
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,8 @@ class GVisorProvisioner(LocalProvisioner):
     async def _start_sandbox(self, backend: SandboxBackend, request: SandboxRequest) -> SandboxHandle:
         """``backend.start`` in a thread; a sandbox that starts after the launch was given up is deleted (by a task
         the provisioner owns: ``cleanup`` awaits it and raises its failure)."""
-        starting = asyncio.ensure_future(asyncio.to_thread(backend.start, request))
+        context = contextvars.copy_context()  # as asyncio.to_thread carries it
+        starting = asyncio.get_running_loop().run_in_executor(_starts, context.run, backend.start, request)
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:
