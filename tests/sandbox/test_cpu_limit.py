@@ -1,4 +1,6 @@
-"""``[sandbox] cpus``: a CPU quota on the whole sandbox (issue 32, item 6), measured by the cgroup's own accounting.
+"""``[sandbox] cpus``: a CPU quota on the whole sandbox (issue 32, item 6), measured by the cgroup's own accounting;
+and ``[sandbox] sandboxes_cpu_weight``: every sandbox under one parent cgroup weighed lightly against the gate
+(issue 33), read from the cgroups the sandbox's processes are in.
 
 A cell spins on more processes than the machine has cores; the share of one core it got is the sandbox cgroup's
 CPU time over the wall time of the cell. Under ``cpus = 0.5`` it is about half a core; the same cell without a
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cellgate.gate.sandbox.cpuclock import CpuSource
+from cellgate.gate.sandbox.local import cpu_weight
 
 pytestmark = [pytest.mark.gvisor, pytest.mark.xdist_group("cpu"),
               pytest.mark.root_only]  # runsc sets a cgroup's CPU quota only as root (an ordinary user is refused)
@@ -71,3 +75,17 @@ def test_half_a_cpu_binds_a_cell_spinning_on_every_core_and_the_record_says_so(s
     assert sandbox["limits_enforced"]["cpu"]["enforced"] == "whole sandbox"
     assert "CPU quota of 0.5 CPUs" in sandbox["limits_enforced"]["cpu"]["by"]
     assert box.session.sandbox_info["limits"]["cpus"] == 0.5  # the notebook's metadata too
+
+
+def test_every_sandbox_runs_under_one_parent_weighed_lightly_and_the_record_says_so(session_factory: Any) -> None:
+    box = session_factory()
+    sandbox_id = box.session.provisioner.handle.id
+    parent = Path("/sys/fs/cgroup/cpu") / cpu_weight.PARENT
+    assert (parent / "cpu.shares").read_text().strip() == str(round(1024 / 32))  # the default: 1/32 of a process
+    pid = box.execute("import os\nprint(os.getpid())")  # the kernel runs, inside: its host processes are runsc's
+    assert pid.status == "ok"
+    inside = (parent / sandbox_id / "cgroup.procs").read_text().split()
+    assert inside, f"no process in the sandbox's cgroup {parent / sandbox_id}"
+    for host_pid in inside:  # the sentry and the gofer: under the parent, in the sandbox's own cgroup
+        assert f":cpu:/{cpu_weight.PARENT}/{sandbox_id}" in Path(f"/proc/{host_pid}/cgroup").read_text()
+    assert box.session.sandbox_info["sandboxes_cpu_weight"] == f"32 in {parent / 'cpu.shares'}"  # the record's

@@ -3,7 +3,7 @@
 Every backend reads it (``BackendSettings.sandbox``): the limits and timeouts of its requests are made from
 it (``SandboxRequest.from_settings``), and ``backend`` names the backend (``cellgate.sandbox_backends``).
 Some keys only the local backend reads (``isolation``, ``image``, ``runsc``, ``platform``, ``snapshot``, ``workspace``,
-``require_hard_limits``, ``cgroup_parent``). It imports nothing of the gate but the model base, so the sandbox
+``require_hard_limits``, ``cgroup_parent``, ``sandboxes_cpu_weight``). It imports nothing of the gate but the model base, so the sandbox
 room and ``config`` both can.
 """
 
@@ -48,6 +48,10 @@ class SandboxSettings(StrictModel):
     cgroup_parent: str | None = Field(default=None, description="without root: the cgroup an admin delegated to this "
                                       "user (v1: under the user's own cgroup path in each of memory and pids; "
                                       "else $CELLGATE_CGROUP_PARENT); each sandbox gets a child there")
+    sandboxes_cpu_weight: float = Field(default=1 / 32, gt=0, le=64, description="as root: the CPU weight of all "
+                                        "of the host's gVisor sandboxes together, as a fraction of one process's, when "
+                                        "the cores are contended (the gate that serves them all runs first; 1: as "
+                                        "much as one process)")
     file_limit_mb: int = Field(default=64, ge=1, le=4096, description="largest file Session.upload or download "
                                "moves in or out of the sandbox (each kept as a blob of the record)")
     output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")

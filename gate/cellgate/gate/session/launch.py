@@ -73,6 +73,7 @@ class SandboxOverrides(TypedDict, total=False):
     start_timeout: float | None
     require_hard_limits: bool | None
     cgroup_parent: str | None
+    sandboxes_cpu_weight: float | None
     output_limit_kb: int | None
     file_limit_mb: int | None
     pool: int | None

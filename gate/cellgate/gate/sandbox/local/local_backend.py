@@ -33,7 +33,7 @@ from cellgate.gate.sandbox.backend import (
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.sandbox.images import store as images
 from cellgate.gate.sandbox.images.store import HOST, Image
-from cellgate.gate.sandbox.local import enforcement, leftovers
+from cellgate.gate.sandbox.local import cpu_weight, enforcement, leftovers
 from cellgate.gate.sandbox.local.container import Sandbox, SandboxConfig, run_root
 from cellgate.gate.sandbox.local.oci import OUTPUT_LOG
 from cellgate.gate.sandbox.local.oom import OomWatch
@@ -62,6 +62,17 @@ class LocalBackend(SandboxBackend):
         box = settings.sandbox
         # The runsc every sandbox of the session runs (``SandboxConfig.runsc``); None: isolation "none".
         self.runsc: Runsc | None = find_runsc(box.runsc, box.platform) if box.isolation == "gvisor" else None
+        self.cpu_weight = self._weigh_sandboxes(box.sandboxes_cpu_weight) if self.runsc else None
+
+    @staticmethod
+    def _weigh_sandboxes(fraction: float) -> str | None:
+        """What ``[sandbox] sandboxes_cpu_weight`` came to (``cpu_weight``), for ``runtime``; None where nothing is
+        written (without root). A host that refuses it still runs sandboxes: the runtime record says why."""
+        try:
+            written = cpu_weight.weigh(fraction)
+        except OSError as exc:
+            return f"not set ({exc}): the gate's threads may wait behind busy sandboxes"
+        return f"{written.read_text().strip()} in {written}" if written else None
 
     @override
     def runtime(self) -> dict[str, Any]:
@@ -69,6 +80,8 @@ class LocalBackend(SandboxBackend):
         where = self.runsc.describe() if self.runsc else {"runtime": "none (development only: NOT sandboxed)"}
         image = images.record_of(self._image(box.image)) if box.isolation == "gvisor" else {
             "name": "none", "digest": None, "note": "isolation none: the gate's own interpreter, NOT sandboxed"}
+        if self.cpu_weight is not None:
+            where["sandboxes_cpu_weight"] = self.cpu_weight
         return {**where, "limits_enforced": enforcement.report(os.geteuid() != 0, box.isolation, box.cgroup_parent,
                                                                box.cpus), "image": image}
 

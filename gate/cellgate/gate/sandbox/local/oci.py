@@ -22,6 +22,7 @@ from cellgate.gate.sandbox.environment import TOOLS_DIR as TOOLS_DIR
 from cellgate.gate.sandbox.environment import WORKSPACE as WORKSPACE
 from cellgate.gate.sandbox.environment import kernel_environment
 from cellgate.gate.sandbox.limits import SandboxLimits
+from cellgate.gate.sandbox.local.cpu_weight import PARENT as CGROUP_PARENT
 
 SANDBOX_UID: Final = 1000
 SANDBOX_GID: Final = 1000
@@ -159,7 +160,7 @@ def spec(
         "linux": {
             # Without a cgroups path runsc creates no cgroup and the limits below
             # would not be enforced.
-            "cgroupsPath": f"/cellgate/{sandbox_id}",
+            "cgroupsPath": f"/{CGROUP_PARENT}/{sandbox_id}",  # as root: runsc makes it (``cpu_weight``)
             "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
             "resources": {
                 "memory": {"limit": limits.memory_bytes},
