@@ -18,12 +18,12 @@ import re
 import stat
 import tomllib
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.calls.policy import Policy

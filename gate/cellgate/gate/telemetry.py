@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.observer import NO_CALL as NO_CALL
 from cellgate.gate.calls.observer import CallSpan as CallSpan

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any, Protocol
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate.audit.cells import CellRecord
 
 GROUP = "cellgate.journal_events"

@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.text import Text
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import canonical_json, digest
 from cellgate.gate._terminal import head_and_tail, reveal

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
 

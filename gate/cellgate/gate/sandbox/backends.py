@@ -6,8 +6,7 @@ extension's (``kubernetes``), is an entry point naming a ``SandboxBackend`` subc
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.sandbox.backend import SandboxBackend
 from cellgate.gate.sandbox.settings import BACKENDS_GROUP

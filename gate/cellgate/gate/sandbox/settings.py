@@ -10,11 +10,11 @@ room and ``config`` both can.
 from __future__ import annotations
 
 import re
-from importlib.metadata import entry_points
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from cellgate.gate._entry_points import entry_points
 from cellgate.gate._model import StrictModel
 
 BACKENDS_GROUP = "cellgate.sandbox_backends"  # name -> a SandboxBackend subclass (``sandbox.backends``)

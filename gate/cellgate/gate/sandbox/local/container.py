@@ -359,10 +359,18 @@ class Sandbox:
         expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" and not self.rootless else os.geteuid()
         pending = set(CHANNELS)
         wrong_owner: dict[str, int] = {}
+        # Each socket's name, and every name the folder may hold: found once, not on each poll (a hundred
+        # concurrent starts polled on the gate's one interpreter).
+        names = {c: os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS}
+        allowed = {*names.values(), oci.OUTPUT_LOG, wire.PAUSED_MARKER, wire.RESUME_MARKER, wire.RESUMED_MARKER}
         while pending:
             folder_ready = not self.rootless or self._open_ipc()
+            folder = self.ipc_dir
+            listed = set(os.listdir(folder))
             for channel in sorted(pending) if folder_ready else ():
-                path = self.endpoint(channel).removeprefix("ipc://")
+                if names[channel] not in listed:
+                    continue
+                path = os.path.join(folder, names[channel])
                 try:
                     info = os.lstat(path)
                 except FileNotFoundError:
@@ -380,9 +388,7 @@ class Sandbox:
                     continue
                 wrong_owner.pop(channel, None)
                 pending.discard(channel)
-            unexpected = set(os.listdir(self.ipc_dir)) - {
-                os.path.basename(self.endpoint(c).removeprefix("ipc://")) for c in CHANNELS
-            } - {oci.OUTPUT_LOG, wire.PAUSED_MARKER, wire.RESUME_MARKER, wire.RESUMED_MARKER}
+            unexpected = listed - allowed
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")
