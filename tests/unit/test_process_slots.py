@@ -57,13 +57,20 @@ def queued(slots: ProcessSlots, count: int) -> None:
     assert done.is_set(), f"{len(slots._waiters)} waiters queued, not {count}"
 
 
-def test_a_slot_taken_on_one_loop_is_waited_for_on_another(loops: tuple[LoopThread, LoopThread]) -> None:
+def held_on_one_loop_waited_on_another(loops: tuple[LoopThread, LoopThread]) -> tuple[ProcessSlots, Any]:
+    """One slot, taken on the first loop; the second loop's wait for it, queued."""
     first, second = loops
     slots = ProcessSlots(1)
     first.submit(slots.acquire()).result(10)
     waiting = second.submit(slots.acquire())
     queued(slots, 1)
     assert not waiting.done() and slots.free == 0
+    return slots, waiting
+
+
+def test_a_slot_taken_on_one_loop_is_waited_for_on_another(loops: tuple[LoopThread, LoopThread]) -> None:
+    slots, waiting = held_on_one_loop_waited_on_another(loops)
+    first = loops[0]
     first.loop.call_soon_threadsafe(slots.release)
     waiting.result(10)  # handed over to the other loop's waiter
     assert slots.free == 0
@@ -72,11 +79,7 @@ def test_a_slot_taken_on_one_loop_is_waited_for_on_another(loops: tuple[LoopThre
 
 
 def test_a_cancelled_wait_takes_no_slot(loops: tuple[LoopThread, LoopThread]) -> None:
-    first, second = loops
-    slots = ProcessSlots(1)
-    first.submit(slots.acquire()).result(10)
-    waiting = second.submit(slots.acquire())
-    queued(slots, 1)
+    slots, waiting = held_on_one_loop_waited_on_another(loops)
     waiting.cancel()
     queued(slots, 0)
     slots.release()
