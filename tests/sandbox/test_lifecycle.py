@@ -1,4 +1,4 @@
-"""No sandbox outlives its session: shutdown, kernel death, or a SIGKILLed host."""
+"""No sandbox outlives its session: shutdown, kernel death, a SIGKILLed host, or a start cut short."""
 
 from __future__ import annotations
 
@@ -10,14 +10,24 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, SAMPLE_TOOLS
 
-from cellgate.gate.sandbox.local.container import run_root
+from cellgate.gate.config import SandboxSettings, Settings
+from cellgate.gate.sandbox.backend import SandboxRequest
+from cellgate.gate.sandbox.local.container import Sandbox, run_root
+from cellgate.gate.sandbox.local.local_backend import LocalBackend
 
 
 def processes_of(sandbox_id: str) -> list[str]:
     out = subprocess.run(["pgrep", "-a", "-f", sandbox_id], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def cgroups_of(sandbox_id: str) -> list[Path]:
+    """As root, the cgroups runsc made for the sandbox (``/cellgate/<id>`` in each hierarchy)."""
+    root = Path("/sys/fs/cgroup")
+    return sorted([*root.glob(f"*/cellgate/{sandbox_id}"), *root.glob(f"cellgate/{sandbox_id}")])
 
 
 def wait_until_gone(sandbox_id: str, seconds: float = 60) -> None:
@@ -34,6 +44,25 @@ def test_shutdown_removes_the_sandbox(session_factory) -> None:
     box.close()
     assert processes_of(sandbox_id) == []
     assert not (run_root() / sandbox_id).exists()
+    assert cgroups_of(sandbox_id) == []
+
+
+@pytest.mark.root_only  # runsc makes a sandbox's cgroups itself only as root
+def test_a_start_cut_short_leaves_none_of_runscs_cgroups() -> None:
+    # runsc makes the cgroups first; deleted then (its state not yet written), runsc delete left them all behind.
+    settings = Settings(sandbox=SandboxSettings())
+    request = SandboxRequest.from_settings(settings.sandbox, {"x.py": ""}, "k" * 64, "s" * 32)
+    config = LocalBackend(settings).launch_config(request)
+    for _ in range(2):
+        sandbox = Sandbox(config, request.tools_files, request.key)
+        sandbox.start()
+        try:
+            while not cgroups_of(sandbox.id):
+                assert sandbox.poll() is None, sandbox.log_tail()
+                time.sleep(0.002)  # polling for the moment runsc has made them
+        finally:
+            sandbox.delete()
+        assert cgroups_of(sandbox.id) == [] and processes_of(sandbox.id) == []
 
 
 def test_sigkill_of_the_host_process_leaves_no_sandbox(tmp_path: Path, runsc: object) -> None:

@@ -23,6 +23,7 @@ inherit it. Nothing is ever written outside the delegated parent.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from cellgate.gate._errors import SandboxUnavailable
+from cellgate.gate.sandbox.local.cpu_weight import PARENT as RUNSC_PARENT
 
 ROOT = Path("/sys/fs/cgroup")
 ENV_PARENT = "CELLGATE_CGROUP_PARENT"
@@ -182,6 +184,19 @@ def remove(paths: list[Path], wait: float = 10.0) -> None:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.02)  # the killed processes leave the cgroup as they exit
+
+
+SANDBOX_ID = re.compile(r"cg-[0-9a-f]{12}")  # ``Sandbox.id``: a name that can only ever be one path component
+
+
+def runsc_made(sandbox_id: str, root: Path = ROOT) -> list[Path]:
+    """As root: the cgroups runsc made for a sandbox, ``/cellgate/<id>`` in each hierarchy there is (v1 has one per
+    controller, v2 one). ``runsc delete`` leaves them behind when the sandbox it is handed never finished starting
+    (its state not yet written); ``leftovers.delete_sandbox`` removes what is left."""
+    if os.geteuid() != 0 or not SANDBOX_ID.fullmatch(sandbox_id) or not root.is_dir():
+        return []
+    hierarchies = [root, *(path for path in root.iterdir() if path.is_dir() and not path.is_symlink())]
+    return [made for base in hierarchies if (made := base / RUNSC_PARENT / sandbox_id).is_dir()]
 
 
 def memory_dir(procs: list[Path]) -> Path | None:

@@ -27,7 +27,7 @@ ORPHAN_MOUNT_AGE = 120.0  # seconds: a run folder without an owner record this o
 
 
 def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
-    """Kill and delete a sandbox; quiet if it is already gone."""
+    """Kill and delete a sandbox, and (as root) the cgroups runsc made for it; quiet if it is already gone."""
     # A sandbox started without root was started --rootless: its state is deleted the same way.
     flags = [f"--root={state}", *(["--rootless"] if os.geteuid() != 0 else [])]
     for argv in (
@@ -38,6 +38,7 @@ def delete_sandbox(runsc_path: str, state: str, sandbox_id: str) -> None:
             subprocess.run(argv, capture_output=True, timeout=30, env={"PATH": HOST_PATH})
         except (OSError, subprocess.TimeoutExpired):
             pass
+    cgroups.remove(cgroups.runsc_made(sandbox_id))
 
 
 def reap_leftovers(root: Path) -> list[str]:
