@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -23,7 +24,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import data_path
 import data_stack
@@ -265,17 +266,45 @@ async def pool_acquire(folder: Path, count: int) -> list[float]:
     return times
 
 
+@contextlib.contextmanager
+def fsyncs_timed() -> Iterator[list[float]]:
+    """Every ``os.fsync`` in this process while inside, timed: yields [count, milliseconds], filled in as they run."""
+    spent = [0.0, 0.0]
+    real = os.fsync
+
+    def timed(fd: int) -> None:
+        t = time.perf_counter()
+        try:
+            real(fd)
+        finally:
+            spent[0] += 1
+            spent[1] += (time.perf_counter() - t) * 1000
+
+    os.fsync = timed
+    try:
+        yield spent
+    finally:
+        os.fsync = real
+
+
 async def northwind(folder: Path, rounds: int) -> dict[str, list[float]]:
-    """The Northwind example recorded as shipped, without fsyncs, and not recorded, alternating."""
-    times: dict[str, list[float]] = {"full": [], "unsynced": [], "none": []}
+    """The Northwind example recorded as shipped, without fsyncs, and not recorded, alternating; for the
+    recorded run, also the fsyncs made during its cell (how many, and the time spent in them)."""
+    times: dict[str, list[float]] = {"full": [], "unsynced": [], "none": [], "fsyncs": [], "fsync_ms": []}
     for attempt in range(rounds):
-        for mode in times:
+        for mode in ("full", "unsynced", "none"):
             async with Session(tools=[NORTHWIND / "tools.py"], notebook=folder / f"nw-{mode}-{attempt}.ipynb",
                                cwd=folder, **RECORDING[mode]) as s:
-                t = time.perf_counter()
-                result = await s.execute((NORTHWIND / "late_orders.py").read_text())
-                times[mode].append((time.perf_counter() - t) * 1000)
+                with fsyncs_timed() as fsyncs:
+                    t = time.perf_counter()
+                    result = await s.execute((NORTHWIND / "late_orders.py").read_text())
+                    times[mode].append((time.perf_counter() - t) * 1000)
                 assert result.stdout == "10000 312\n", result.text
+                if mode == "full":
+                    times["fsyncs"].append(fsyncs[0])
+                    times["fsync_ms"].append(fsyncs[1])
+    # What recording costs once its fsyncs are taken out of the same runs.
+    times["full_less_fsyncs"] = [full - spent for full, spent in zip(times["full"], times["fsync_ms"])]
     return times
 
 
@@ -432,6 +461,9 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
             row("Northwind example (313 calls), not recorded", nw["none"]),
             row("Northwind example (313 calls), recorded", nw["full"], baseline=nw["none"]),
             row("Northwind, recorded without fsyncs (the bound)", nw["unsynced"], baseline=nw["none"]),
+            row("  fsyncs in the recorded cell", nw["fsyncs"], unit="fsyncs"),
+            row("  time spent in them", nw["fsync_ms"]),
+            row("  recorded, less that time", nw["full_less_fsyncs"], baseline=nw["none"]),
         ]
     if "long" in args.only:
         length = args.long if not args.quick else 100
