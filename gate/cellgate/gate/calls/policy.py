@@ -14,6 +14,7 @@ tool's default (from its source, e.g. an MCP annotation), else
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -49,10 +50,23 @@ class Rule(StrictModel):
     # and its digest when absent, so a policy that names none records as it always did.
     principals: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
 
+    @functools.cached_property
+    def _validator(self) -> Any:
+        """``when`` compiled once, on the rule's first call (a cached property: not a field, nor in equality)."""
+        import jsonschema  # at use (see _schema)
+
+        return jsonschema.Draft202012Validator(self.when)
+
+    def matches(self, args: dict[str, Any]) -> bool:
+        """Whether a call's arguments match ``when``."""
+        return bool(self._validator.is_valid(args))
+
     @field_validator("when")
     @classmethod
     def _schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema  # at use (see _matches)
+        # jsonschema is imported at use: importing it takes ~2 s where rfc3987_syntax is installed (it compiles a
+        # grammar at import), and `cellgate policy check` or a policy without rules never needs it.
+        import jsonschema
 
         try:
             jsonschema.Draft202012Validator.check_schema(value)
@@ -219,7 +233,7 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float, cell: C
                            kind="rate_limited", limit=parse_rate(entry.rate)[0])
     if entry is not None:
         for index, rule in enumerate(entry.rules):
-            if (rule.principals is None or call.principal in rule.principals) and _matches(rule.when, call.args):
+            if (rule.principals is None or call.principal in rule.principals) and rule.matches(call.args):
                 label = f"tools.{call.tool}.rules[{index}]" + (f" ({rule.name})" if rule.name else "")
                 return _decided(rule.decision, label)
         if entry.decision is not None:
@@ -227,14 +241,6 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float, cell: C
     if call.source_default is not None:
         return _decided(call.source_default, f"tool default for {call.tool}")
     return _decided(policy.default, "default")
-
-
-def _matches(schema: dict[str, Any], args: dict[str, Any]) -> bool:
-    # jsonschema is imported at use: importing it takes ~2 s where rfc3987_syntax is installed (it compiles a
-    # grammar at import), and `cellgate policy check` or a policy without rules never needs it.
-    import jsonschema
-
-    return bool(jsonschema.Draft202012Validator(schema).is_valid(args))
 
 
 def _decided(decision: Decision, rule: str) -> Verdict:
