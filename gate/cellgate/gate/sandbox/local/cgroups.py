@@ -18,6 +18,9 @@ Each sandbox gets a child named by its id, with the memory limit (swap
 included where the host accounts it) and the pids limit; ``userns`` moves
 runsc into it before it starts, so the sandbox, the gofer and the kernel all
 inherit it. Nothing is ever written outside the delegated parent.
+
+As root, ``runsc_made`` names the cgroups runsc made itself for a sandbox
+(under ``/cellgate``), so that ``remove`` can take away what runsc left.
 """
 
 from __future__ import annotations
