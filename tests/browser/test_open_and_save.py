@@ -66,12 +66,19 @@ def test_a_notebook_opened_and_saved_in_jupyterlab_still_verifies(
 
         def save_with_kernel_info() -> str | None:
             # The page learns the kernel's language_info a moment after the server reports the kernel idle
-            # (more so through the kernelspec's launcher): press Ctrl+S until a save carries it.
+            # (more so through the kernelspec's launcher): press Ctrl+S until a save carries it. The file is
+            # read a poll after the press, never right after it: the server writes a save in place (after a
+            # backup), so a read in the middle of one finds it cut short.
+            text = notebook.read_text()
+            try:
+                saved_info = json.loads(text)["metadata"].get("language_info", {}) if text != recorded else {}
+            except json.JSONDecodeError:
+                return None  # a save being written: read it at the next poll
+            if saved_info.get("version"):
+                return text
             find(browser, ".jp-NotebookPanel .jp-Cell")[0].click()
             ActionChains(browser).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
-            text = notebook.read_text()
-            saved_info = json.loads(text)["metadata"].get("language_info", {}) if text != recorded else {}
-            return text if saved_info.get("version") else None
+            return None
 
         saved = wait_for(save_with_kernel_info, 60, "JupyterLab to save the notebook with the kernel's info", every=1)
     finally:
