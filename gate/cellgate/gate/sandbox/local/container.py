@@ -458,7 +458,8 @@ class Sandbox:
         if self._ipc_fd is not None:
             os.close(self._ipc_fd)  # its tmpfs goes with runsc's namespace
             self._ipc_fd = None
-        # runsc's own (as root) too: a start cut short leaves them (its state not yet written for runsc delete).
+        # runsc's own too (as root), looked for again now its process is gone: a start cut short may have made
+        # them after kill's delete_sandbox looked.
         cgroups.remove([path.parent for path in self.cgroup_procs] + cgroups.runsc_made(self.id))
         mounts.unmount_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
