@@ -17,6 +17,7 @@ behind them are private and move without notice: import a name from here, never 
 - Sandbox backends (``cellgate.sandbox_backends``): ``SandboxBackend``, ``SandboxHandle``, ``SandboxRequest``,
   ``SandboxStatus``, ``MemoryWatch``, ``SandboxLimits``, ``CURVE_SERVER_KEY``, ``sandbox_kernel_environment``,
   ``sandbox_owner_record`` and ``sandbox_owner_state`` (one record of who owns a sandbox, and whether it lives).
+- Signing a server's own state: ``load_host_key`` (this host's key: ``mac(data, purpose)``, ``check``).
 - Review servers (what the JupyterLab extension reads): ``verify_run``, ``blob_text``, ``ArtifactError``,
   ``pending_approval(s)``, ``answer_approval``, ``sandbox_owner_alive``, ``KERNEL_LAUNCHER_MODULE``,
   ``UntrustedLaunchState``, ``kernel_recording``.
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 from cellgate.gate import _lazy
 
 if TYPE_CHECKING:  # the names for type checkers; at run time they are imported lazily
+    from cellgate.gate._hostkey import load as load_host_key
     from cellgate.gate._model import StrictModel
     from cellgate.gate._terminal import clean as clean_for_terminal
     from cellgate.gate._terminal import reveal as reveal_for_terminal
@@ -122,6 +124,8 @@ _EXT = {
     "Checkpoint": "cellgate.gate.session.live",
     "read_checkpoint": "cellgate.gate.session.live",
     "Trial": "cellgate.gate.session.session",
+    # signing a server's own state
+    "load_host_key": "cellgate.gate._hostkey:load",
 }
 
 __all__ = [
@@ -153,6 +157,7 @@ __all__ = [
     "close_sources",
     "find_config",
     "kernel_recording",
+    "load_host_key",
     "open_sources",
     "pending_approval",
     "pending_approvals",
