@@ -5,21 +5,27 @@ later one.
 The server's state folder (``[mcp] state_dir``, by default ``mcp-serve`` in ``[audit] dir``) is this user's
 alone (0700, checked whether made or found)::
 
-    parked.json    handle -> {checkpoint, owner, used, calls} of every paused session (0600)
+    parked.json    {format, sessions, mac}: handle -> {checkpoint, manifest, owner, used, calls} of every paused
+                   session, under a MAC of this host's key (0600)
     parked.lock    held (flock) while parked.json is read and rewritten: servers may share the folder
     checkpoints/   one folder per paused session (``Session.checkpoint``), removed once resumed, closed or expired
 
-``parked.json`` is read as untrusted input: at most ``MAX_BYTES``, parsed by a strict model (a handle as the
-server mints them, a checkpoint as a folder *name* of ``checkpoints/``, never a path), and nothing in it is run
-or imported; the checkpoint it names is verified by ``Session.resume`` (the host key's MAC, every image file's
-digest) before a byte of it is restored. A handle is taken out of the file by the one server that resumes it,
-and only for its owner (the principal in the entry): anyone else is told what an unknown handle gets.
+``parked.json`` is read as untrusted input: opened without following a link or waiting on a FIFO, a regular file
+of this user's of at most ``MAX_BYTES``, parsed by a strict model (a handle as the server mints them, a checkpoint
+as a folder *name* of ``checkpoints/``, never a path), and used only if the host key's MAC covers all of it (every
+entry's owner included: an edited file hands no session to another principal; it is refused, and the server with
+it, with what to do). Nothing in it is run or imported. Each entry names the digest of its checkpoint's manifest,
+and the checkpoint is verified by ``read_checkpoint`` (the host key's MAC, every image file's digest) and matched
+against it before a byte of it is restored: a checkpoint folder swapped for another's is not resumed. A handle is
+taken out of the file by the one server that resumes it, and only for its owner (the principal in the entry):
+anyone else is told what an unknown handle gets.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import secrets
@@ -28,12 +34,11 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, ValidationError
 
 from cellgate.gate import ConfigError
-from cellgate.gate.ext import StrictModel
+from cellgate.gate.ext import StrictModel, load_host_key
 
 from .auth import Principal
 
@@ -44,6 +49,10 @@ MAX_BYTES = 4 << 20  # ~20,000 entries: far past what --max-sessions and the quo
 ORPHAN_AGE = 3600.0  # seconds: a checkpoint folder no entry names is removed after this (a server may be making it)
 HANDLE = r"^[A-Za-z0-9_-]{22}$"  # secrets.token_urlsafe(16)
 CHECKPOINT_NAME = re.compile(r"^[0-9a-f]{32}$")
+KINDS = {stat.S_IFDIR: "folder", stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFCHR: "device",
+         stat.S_IFBLK: "device", stat.S_IFLNK: "symbolic link"}
+FORMAT = 2  # 1 (before issue 42) had no MAC: such a file is refused
+MAC_PURPOSE = "cellgate-mcp-parked"
 
 
 class Owner(StrictModel):
@@ -55,6 +64,7 @@ class Parked(StrictModel):
     """One paused session: its checkpoint folder (a name in ``checkpoints/``), owner, last use, calls made."""
 
     checkpoint: str = Field(pattern=CHECKPOINT_NAME.pattern)
+    manifest: str = Field(pattern=r"^[0-9a-f]{64}$", description="the digest of the checkpoint's manifest")
     owner: Owner | None
     used: float = Field(description="wall-clock time of its last call (it expires idle_timeout seconds later)")
     calls: int = Field(ge=0)
@@ -65,8 +75,15 @@ class Parked(StrictModel):
 
 
 class ParkedFile(StrictModel):
-    format: Literal[1] = 1
+    format: int
     sessions: dict[str, Parked] = Field(default_factory=dict)
+    mac: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # None: refused, with what a format-1 file gets
+
+
+def signed(sessions: dict[str, Parked]) -> bytes:
+    """What the MAC covers: the format and every entry, each field of it (canonical JSON)."""
+    body = {"format": FORMAT, "sessions": {h: p.model_dump(mode="json") for h, p in sessions.items()}}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def private_folder(path: Path) -> Path:
@@ -93,6 +110,8 @@ class Parking:
         self.folder = private_folder(folder)
         self.checkpoints = private_folder(self.folder / CHECKPOINTS)
         self.file = self.folder / FILE
+        with self._locked():  # a parked.json the server cannot use refuses the server now, saying what to do
+            pass
 
     def new_checkpoint(self) -> Path:
         """A path for a new checkpoint folder (``Session.checkpoint`` and ``fork`` make it, 0700)."""
@@ -104,8 +123,14 @@ class Parking:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, Parked]]:
         """The parked sessions, read under the folder's lock and written back (atomically) when the block ends."""
-        fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        lock = self.folder / LOCK
         try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise self._refused(lock, f"cannot be opened ({exc.strerror or exc}): it is not the lock file cellgate "
+                                      "makes") from None
+        try:
+            self._check_file(lock, os.fstat(fd), 0)
             fcntl.flock(fd, fcntl.LOCK_EX)
             sessions = self._read()
             before = dict(sessions)
@@ -115,30 +140,59 @@ class Parking:
         finally:
             os.close(fd)  # releases the lock
 
+    def _refused(self, path: Path, problem: str) -> ConfigError:
+        return ConfigError(f"{path} {problem}; cellgate mcp serve keeps its paused sessions there and uses nothing "
+                           "it did not write: remove it (the paused sessions it lists are then gone), or restore "
+                           "the file the server wrote")
+
+    def _check_file(self, path: Path, info: os.stat_result, most: int) -> None:
+        """A regular file of this user's (of at most ``most`` bytes, when given), or refused."""
+        if not stat.S_ISREG(info.st_mode):
+            kind = KINDS.get(stat.S_IFMT(info.st_mode), "special file")
+            raise self._refused(path, f"is a {kind}, not a regular file")
+        if info.st_nlink != 1:
+            raise self._refused(path, f"has {info.st_nlink} names (hard links); the server's file has one")
+        if info.st_uid != os.geteuid():
+            raise self._refused(path, f"belongs to uid {info.st_uid}, not to this server's (uid {os.geteuid()})")
+        if most and info.st_size > most:
+            raise self._refused(path, f"has {info.st_size:,} bytes, more than the {most:,} the server writes")
+
     def _read(self) -> dict[str, Parked]:
         try:
-            fd = os.open(self.file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return {}
-        except OSError as exc:
-            raise ConfigError(f"{self.file} cannot be read ({exc.strerror or exc}); remove it (its paused sessions "
-                              "are then gone)") from None
+        except OSError as exc:  # ELOOP: a symbolic link
+            raise self._refused(self.file, f"cannot be opened ({exc.strerror or exc}): it is not the file cellgate "
+                                           "writes") from None
+        try:
+            self._check_file(self.file, os.fstat(fd), MAX_BYTES)
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "rb") as file:
-            info = os.fstat(file.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_size > MAX_BYTES:
-                raise ConfigError(f"{self.file} is not a file of this user's of at most {MAX_BYTES:,} bytes; it was "
-                                  "not written by cellgate mcp serve: remove it")
             raw = file.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise self._refused(self.file, f"has more than the {MAX_BYTES:,} bytes the server writes")
         try:
             parsed = ParkedFile.model_validate_json(raw)
         except ValidationError as exc:
-            raise ConfigError(f"{self.file} is not a list of paused sessions cellgate wrote "
-                              f"({exc.error_count()} problems, the first: {exc.errors()[0]['msg']}); remove it "
-                              "(its paused sessions are then gone)") from None
+            raise self._refused(self.file, f"is not a list of paused sessions cellgate wrote ({exc.error_count()} "
+                                           f"problems, the first: {exc.errors()[0]['msg']})") from None
+        if parsed.format != FORMAT:
+            raise self._refused(self.file, f"is of format {parsed.format}, not {FORMAT} (a server before issue 42 "
+                                           "wrote it without the host key's MAC over the owners)")
+        if parsed.mac is None:
+            raise self._refused(self.file, "has no mac: it was not written by cellgate mcp serve")
+        if not load_host_key(create=False).check(signed(parsed.sessions), MAC_PURPOSE, parsed.mac):
+            raise self._refused(self.file, "is not signed by this host's key (its mac does not match what it says): "
+                                           "it was edited, or written with another host key, and none of its "
+                                           "sessions is resumed")
         return {handle: parked for handle, parked in parsed.sessions.items() if re.match(HANDLE, handle)}
 
     def _write(self, sessions: dict[str, Parked]) -> None:
-        text = ParkedFile(sessions=sessions).model_dump_json(indent=1)
+        mac = load_host_key().mac(signed(sessions), MAC_PURPOSE)
+        text = ParkedFile(format=FORMAT, sessions=sessions, mac=mac).model_dump_json(indent=1)
         temporary = self.folder / f".{FILE}.{secrets.token_hex(4)}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as file:

@@ -17,12 +17,13 @@ in this process or a restarted server's, resumes it (same notebook, variables as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import shutil
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 
 from cellgate.gate import CellgateError, ConfigError, Pool, Session
+from cellgate.gate.ext import read_checkpoint
 
 from .auth import Principal
 from .config import McpQuotas
@@ -156,7 +158,8 @@ class Sessions:
         """Take the caller's paused session out of the parking (or refuse it as unknown) and resume it."""
         if self.parking is None or self._closed:
             raise self.unknown(handle)
-        parked = self.parking.take(handle, owner)
+        with _state_file():
+            parked = self.parking.take(handle, owner)
         if parked is None:
             raise self.unknown(handle)
         try:
@@ -180,8 +183,18 @@ class Sessions:
         assert self.parking is not None
         folder = self.parking.checkpoint_of(parked)
         try:
+            checkpoint = await asyncio.to_thread(read_checkpoint, folder)
+            if checkpoint.digest != parked.manifest:  # another session's checkpoint, under this one's folder name
+                _log.error("the checkpoint folder %s is not the one session %s was paused into (its manifest's "
+                           "digest is %s, not %s): the state folder was altered; it is not resumed", folder,
+                           handle[:80], checkpoint.digest, parked.manifest)
+                raise ToolError(f"session {handle[:80]!r} was paused and cannot be resumed: its checkpoint is not "
+                                "the one it was paused into; its variables are lost (its audit notebook stays): call "
+                                "execute_python without `session` to start a new one")
             session = Session.resume(folder, **self.options)
             await session.start()
+        except ToolError:
+            raise
         except ConfigError as exc:  # this server runs with other tools, policy or sandbox settings: kept for them
             self.parking.park(handle, parked)
             raise ToolError(f"session {handle[:80]!r} is paused and cannot be resumed by this server: {exc}") from None
@@ -194,6 +207,10 @@ class Sessions:
         self.parking.discard(parked)  # restored: its sandbox no longer reads the checkpoint
         if owner is not None:
             session.claim(owner.name)
+        # Who resumed it, and from which checkpoint: the record says it whoever the principal (None: no [mcp.auth]).
+        session.recorder.event(PRINCIPAL_EVENT, sync=True, principal=None if owner is None else owner.record(),
+                               resumed=checkpoint.id)
+        session.recorder.write_notebook()
         entry = _Entry(session, owner, calls=parked.calls)
         self._entries[handle] = entry
         return entry
@@ -309,9 +326,10 @@ class Sessions:
         limit = self.quotas.of(_name(owner)).sessions
         if limit is None:
             return
+        with _state_file():
+            paused = self.parking.count(owner) if self.parking is not None else 0
         mine = (sum(1 for e in self._entries.values() if e.owner == owner) + self._starting[owner]
-                + sum(1 for who, _ in self._pausing.values() if who == owner)
-                + (self.parking.count(owner) if self.parking is not None else 0))
+                + sum(1 for who, _ in self._pausing.values() if who == owner) + paused)
         if mine + more > limit:
             asked = "" if more == 1 else f" and {more} more were asked for"
             raise ToolError(f"{_who(owner)} already has {mine} sessions open{asked}, the most allowed ([mcp.quotas] "
@@ -374,9 +392,16 @@ class Sessions:
                 return False
             if entry.pooled and self.pool is not None:
                 await self.pool.release(entry.session)  # its sandbox has stopped: the pool's slot is free
+            try:  # what its entry is bound to (checked at resume)
+                manifest = (await asyncio.to_thread(read_checkpoint, folder)).digest
+            except CellgateError:  # its sandbox is stopped, its checkpoint unreadable: the session has ended
+                shutil.rmtree(folder, ignore_errors=True)
+                _log.exception("a paused session's checkpoint could not be read back; the session has ended")
+                return True
             owner = None if entry.owner is None else Owner(name=entry.owner.name, issuer=entry.owner.issuer)
             used = time.time() - (time.monotonic() - entry.used)
-            self.parking.park(handle, Parked(checkpoint=folder.name, owner=owner, used=used, calls=entry.calls))
+            self.parking.park(handle, Parked(checkpoint=folder.name, manifest=manifest, owner=owner, used=used,
+                                            calls=entry.calls))
             return True
         finally:
             del self._pausing[handle]
@@ -395,12 +420,15 @@ class Sessions:
 
     async def _sweep_once(self) -> None:
         await self._end_each(self._take_idle())
-        if self.idle_pause:
-            await self._pause_idle()
-        if self.parking is not None:
-            expired = await asyncio.to_thread(self.parking.expire, self.idle_timeout)
-            if expired:
-                _log.info("%d paused sessions unused for %g s were dropped", expired, self.idle_timeout)
+        try:
+            if self.idle_pause:
+                await self._pause_idle()
+            if self.parking is not None:
+                expired = await asyncio.to_thread(self.parking.expire, self.idle_timeout)
+                if expired:
+                    _log.info("%d paused sessions unused for %g s were dropped", expired, self.idle_timeout)
+        except ConfigError as exc:  # parked.json refused: said, and the sweeper goes on (idle sessions still end)
+            _log.error("%s", exc)
 
     async def _sweep_idle(self) -> None:
         """An idle session's sandbox goes away (paused, or ended) on time, whether or not another call ever comes."""
@@ -419,7 +447,8 @@ class Sessions:
             if pausing is not None and pausing[0] == owner:
                 async with asyncio.timeout(MOVE_BOUND):
                     await pausing[1].wait()
-            parked = self.parking.take(handle, owner)
+            with _state_file():
+                parked = self.parking.take(handle, owner)
             if parked is not None:
                 self.parking.discard(parked)
                 return
@@ -459,6 +488,16 @@ class Sessions:
 
     async def notebook(self, handle: str, owner: Principal | None) -> Path:
         return (await self._live(handle, owner)).session.notebook_path
+
+
+@contextlib.contextmanager
+def _state_file() -> Iterator[None]:
+    """A refused ``parked.json`` (``Parking``'s ConfigError) as the caller's tool error, and in the server's log."""
+    try:
+        yield
+    except ConfigError as exc:
+        _log.error("%s", exc)
+        raise ToolError(f"this server's paused sessions cannot be used: {exc}") from None
 
 
 def _name(owner: Principal | None) -> str | None:
