@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -68,15 +70,18 @@ class Hibernation:
 
     def _pause_and_resume(self) -> None:
         endpoints = self._let_go()
-        self._mark(wire.PAUSED_MARKER)
-        while not os.path.exists(self._path(wire.RESUME_MARKER)):
+        for name in (wire.RESUME_MARKER, wire.RESUMED_MARKER):  # a cell's leftovers are not the host's answer
+            self._remove(name)
+        try:
+            self._mark(wire.PAUSED_MARKER)
+        except OSError:
+            self._take_up(endpoints, in_place=False)  # no checkpoint without the marker: serve on as before
+            raise
+        while not self._has_file(wire.RESUME_MARKER):
             time.sleep(0.005)  # the host checkpoints the sandbox during this wait
         in_place = self._read(wire.RESUME_MARKER) == wire.RESUME_IN_PLACE
         for name in (wire.PAUSED_MARKER, wire.RESUME_MARKER):  # gone before any socket is bound: never stale
-            try:
-                os.unlink(self._path(name))
-            except OSError:
-                pass
+            self._remove(name)
         snapshot.after_restore()
         self.after_resume()
         self._adopt_key()
@@ -165,16 +170,42 @@ class Hibernation:
     def _path(self, name: str) -> str:
         return os.path.join(self.folder, name)
 
+    # A cell can put anything at these names (a link, a FIFO, a folder): markers are regular files, read without
+    # following or blocking, written whole under another name and moved into place.
+    def _has_file(self, name: str) -> bool:
+        try:
+            return stat.S_ISREG(os.lstat(self._path(name)).st_mode)
+        except OSError:
+            return False
+
     def _read(self, name: str) -> str:
         try:
-            with open(self._path(name)) as marker:
-                return marker.read(64).strip()
+            fd = os.open(self._path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return ""
+        try:
+            return os.read(fd, 64).decode(errors="replace").strip() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
+
+    def _remove(self, name: str) -> None:
+        path = self._path(name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def _mark(self, name: str) -> None:
-        with open(self._path(name), "w") as marker:
+        partial = self._path(f".{name}.partial")
+        self._remove(f".{name}.partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as marker:
             marker.write(name + "\n")
+        self._remove(name)  # os.replace cannot replace a folder
+        os.replace(partial, self._path(name))
 
 
 def _now(action: Callable[[], None]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 import threading
 from typing import Any
 
@@ -107,8 +108,15 @@ class OutputLog:
             self._pending_bytes = 0
             try:
                 if self._fd is None:
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                       0o600)
+                    # Not following a link nor waiting on a FIFO a cell put at its name: a log that is not a
+                    # regular file is a broken log (IOPub is still the record).
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                                       | os.O_CLOEXEC, 0o600)
+                    if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                        os.close(self._fd)
+                        self._fd = None
+                        raise OSError("the output log is not a regular file")
+                    os.set_blocking(self._fd, True)
                     self._size = os.fstat(self._fd).st_size  # a reopened log (``close``) may hold records
                 if self._size + len(data) > self.limit:  # start over; the offsets tell the host what is gone
                     os.ftruncate(self._fd, 0)

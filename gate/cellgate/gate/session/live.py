@@ -216,7 +216,8 @@ async def _save(session: Live, folder: Path, leave_running: bool) -> tuple[str, 
     try:
         made = await asyncio.to_thread(started.backend.checkpoint, handle, folder / IMAGE, leave_running)
     except BaseException:
-        await asyncio.to_thread(started.service.pause_failed)  # the kernel took up its sockets again
+        # The kernel took up its sockets again, or its sandbox ended with the checkpoint: restart() it then.
+        session.dead = await asyncio.to_thread(started.service.pause_failed) or session.dead
         shutil.rmtree(folder, ignore_errors=True)
         raise
     if leave_running:

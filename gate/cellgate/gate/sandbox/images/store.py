@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any, Final
 
 import cellgate.kernel
 from cellgate.gate._errors import ConfigError, SandboxUnavailable
+from cellgate.gate._guarded import remove_tree
 from cellgate.gate._json import write_atomically
 
 # Standard library only (no pydantic): the local backend's parts run on it (``sandbox.limits``).
@@ -233,14 +233,9 @@ def gc() -> list[str]:
 
 
 def delete_tree(folder: Path) -> None:
-    """Remove an image's folder, whose folders were made read-only."""
-    for root, dirs, _files in os.walk(folder):
-        for name in dirs:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o755)
-    os.chmod(folder, 0o755)
-    shutil.rmtree(folder)
+    """Remove an image's folder, whose folders were made read-only: through descriptors (``_guarded``), so a
+    symlink in the store is removed itself and nothing it points to is chmodded or removed."""
+    remove_tree(folder)
 
 
 def file_sha256(path: Path) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import stat
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 import cellgate.kernel
 from cellgate.gate._errors import SandboxError
+from cellgate.gate._guarded import Folder, remove_tree_quietly
 from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.checkpoints import Restore
 from cellgate.gate.sandbox.environment import CHANNELS
@@ -230,15 +230,19 @@ class Sandbox:
                 oci.checkpoint_argv(self.config.runsc.path, str(self.path("state")), self.id, str(image),
                                     leave_running=leave_running),
                 capture_output=True, text=True, timeout=max(timeout, 600), env={"PATH": HOST_PATH})
-            if done.returncode != 0:
-                first = next((line for line in done.stderr.splitlines() if line.strip()), "")
-                raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}")
         except subprocess.TimeoutExpired:
             self._resume_after_failure()
             raise SandboxError("runsc checkpoint did not finish in time") from None
         except BaseException:
             self._resume_after_failure()
             raise
+        if done.returncode != 0:
+            first = next((line for line in done.stderr.splitlines() if line.strip()), "")
+            self._resume_after_failure()
+            # gVisor ends a sandbox whose save failed (e.g. "Cannot save endpoint with bound host socket").
+            gone = "; the sandbox stopped with it: its kernel is gone, restart the session" if self.poll() is not None \
+                else ""
+            raise SandboxError(f"runsc checkpoint failed ({done.returncode}): {first[:300]}{gone}")
         if leave_running:
             self._resume_in_place()
         return self.configuration_key()
@@ -246,14 +250,21 @@ class Sandbox:
     def _wait_paused(self, timeout: float) -> None:
         self._wait_for_marker(wire.PAUSED_MARKER, timeout, "let go of its sockets for the checkpoint")
 
+    def _socket_folder(self) -> Folder:
+        """The socket folder, which the sandbox writes: every name in it is touched through this (``_guarded``)."""
+        if self._ipc_fd is not None:
+            return Folder(os.dup(self._ipc_fd), str(self.path("ipc")))
+        return Folder.open(self.path("ipc"))
+
     def _wait_for_marker(self, name: str, timeout: float, what: str) -> None:
-        """Wait until the kernel puts file ``name`` into its socket folder; SandboxError saying it did not ``what``."""
-        marker = self.path("ipc", name)
+        """Wait until the kernel puts file ``name`` into its socket folder; SandboxError saying it did not ``what``.
+        Only a regular file counts: a link, FIFO or folder a cell planted there is not the kernel's marker."""
         deadline = time.monotonic() + timeout
-        while not marker.exists():
-            if self.poll() is not None or time.monotonic() > deadline:
-                raise SandboxError(f"the kernel did not {what} within {timeout:g} s: {self.log_tail(500)}")
-            time.sleep(0.005)  # polling the socket folder for the kernel's marker
+        with self._socket_folder() as folder:
+            while not folder.has_file(name):
+                if self.poll() is not None or time.monotonic() > deadline:
+                    raise SandboxError(f"the kernel did not {what} within {timeout:g} s: {self.log_tail(500)}")
+                time.sleep(0.005)  # polling the socket folder for the kernel's marker
 
     def _resume_after_failure(self) -> None:
         try:
@@ -266,18 +277,31 @@ class Sandbox:
         wait until it has: the host's relay then connects anew (``Relay.reconnect_kernel``)."""
         if self.poll() is not None:
             return
-        resumed = self.path("ipc", wire.RESUMED_MARKER)
-        resumed.unlink(missing_ok=True)
-        self._put_resume_marker(wire.RESUME_IN_PLACE)
-        self._wait_for_marker(wire.RESUMED_MARKER, timeout, "take up its sockets again after the checkpoint")
-        resumed.unlink(missing_ok=True)
+        try:
+            with self._socket_folder() as folder:
+                folder.remove(wire.RESUMED_MARKER)
+            self._put_resume_marker(wire.RESUME_IN_PLACE)
+            self._wait_for_marker(wire.RESUMED_MARKER, timeout, "take up its sockets again after the checkpoint")
+            with self._socket_folder() as folder:
+                folder.remove(wire.RESUMED_MARKER)
+        except OSError as exc:
+            raise SandboxError(f"the kernel's socket folder could not be used to resume it: {exc}") from None
+        # The sockets the relay connects to anew get the checks of the first connect (a cell could have put
+        # anything at their names while the kernel had let go of them).
+        self.wait_for_sockets(timeout, first=False)
 
     def _put_resume_marker(self, how: str) -> None:
-        """Whole or absent: the kernel reads it the moment it appears."""
-        partial = self.path("ipc", f".{wire.RESUME_MARKER}")
-        partial.write_text(how + "\n")
-        os.chown(partial, oci.SANDBOX_UID, oci.SANDBOX_GID)
-        os.rename(partial, self.path("ipc", wire.RESUME_MARKER))
+        """Whole or absent: the kernel reads it the moment it appears. Written through the folder's descriptor as
+        a new file, whatever a cell left at either name removed first (it is never followed)."""
+        partial = f".{wire.RESUME_MARKER}"
+        try:
+            with self._socket_folder() as folder:
+                folder.remove(partial)
+                folder.remove(wire.RESUME_MARKER)
+                folder.write_new(partial, (how + "\n").encode(), mode=0o644, owner=(oci.SANDBOX_UID, oci.SANDBOX_GID))
+                folder.rename(partial, wire.RESUME_MARKER)
+        except OSError as exc:
+            raise SandboxError(f"the kernel could not be told to resume (its socket folder: {exc})") from None
 
     # -- snapshots
     def _snapshot_image(self) -> str | None:
@@ -301,12 +325,7 @@ class Sandbox:
         build = Sandbox(self.config, {}, "", snapshot_build=True)
         try:
             build.start()
-            marker = build.path("ipc", oci.SNAPSHOT_READY)
-            deadline = time.monotonic() + self.config.start_timeout
-            while not marker.exists():
-                if build.poll() is not None or time.monotonic() > deadline:
-                    raise SandboxError(f"the sandbox for a snapshot image did not get ready: {build.log_tail()}")
-                time.sleep(0.01)  # polling the socket folder for the kernel's marker
+            build._wait_for_marker(oci.SNAPSHOT_READY, self.config.start_timeout, "get ready for a snapshot image")
             done = subprocess.run(
                 oci.checkpoint_argv(self.config.runsc.path, str(build.path("state")), build.id, str(target)),
                 capture_output=True, text=True, timeout=self.config.start_timeout, env={"PATH": HOST_PATH})
@@ -352,8 +371,10 @@ class Sandbox:
         self.path(OWNER_FILE).write_text(json.dumps(owner))
         reaper.watch(self.root.parent, HOST_PATH)
 
-    def wait_for_sockets(self, timeout: float) -> None:
-        """Wait until the kernel has bound every socket, checking each path with lstat."""
+    def wait_for_sockets(self, timeout: float, first: bool = True) -> None:
+        """Wait until the kernel has bound every socket, checking each path with lstat. ``first``: the kernel's
+        first start, when the folder holds nothing else (later, after an in-place resume, a cell may have left
+        files of its own there)."""
         deadline = time.monotonic() + timeout
         # Rootless the gofer binds the sockets as the user (the sandbox uid in gVisor, see ``oci.rootless_argv``).
         expected_uid = oci.SANDBOX_UID if self.config.isolation == "gvisor" and not self.rootless else os.geteuid()
@@ -388,7 +409,7 @@ class Sandbox:
                     continue
                 wrong_owner.pop(channel, None)
                 pending.discard(channel)
-            unexpected = listed - allowed
+            unexpected = listed - allowed if first else set()
             if unexpected:
                 self.delete()
                 raise SandboxError(f"unexpected files in the socket folder: {sorted(unexpected)[:5]}; refusing to connect")
@@ -462,7 +483,7 @@ class Sandbox:
         # them after kill's delete_sandbox looked.
         cgroups.remove([path.parent for path in self.cgroup_procs] + cgroups.runsc_made(self.id))
         mounts.unmount_under(self.root)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree_quietly(self.root)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"isolation": self.config.isolation, "id": self.id}

@@ -91,6 +91,7 @@ class KernelWatch:
         # back (or are made anew) until this loop time; no frame was refused, whatever the monitors see.
         self.reconnecting_until = 0.0
         self.died = False  # the current kernel's death (or the host's kill of it) was recorded
+        self._exited: SandboxHandle | None = None  # ended while its exit was expected (a checkpoint's)
         self._killed_by_host: SandboxHandle | None = None
         # How the cells of a kernel the host kills end: {sandbox id: (cell status, reason)}.
         self._kill_status: dict[str, tuple[CellStatus, str]] = {}
@@ -184,9 +185,10 @@ class KernelWatch:
     async def _watch_process(self, sandbox: SandboxHandle) -> None:
         ended = await asyncio.get_running_loop().run_in_executor(None, sandbox.backend.wait, sandbox)
         code = ended.exit_code
-        if self.sandbox is not sandbox or self.stopping:
+        if self.sandbox is not sandbox or self.stopping or (self.died and self._exited is sandbox):
             return
         if self.exit_expected:
+            self._exited = sandbox
             self.events.life("kernel-exited", exit_code=code)
             self._cells.kernel_gone("kernel-exited")
             return
@@ -215,6 +217,21 @@ class KernelWatch:
         self.events.life("kernel-died", exit_code=code)
         self._cells.kernel_gone("kernel-died")
         self._cells.kernel_ended(KernelEnd("kernel-died", "kernel-died"))
+
+    def checkpoint_failed(self) -> bool:
+        """The checkpoint the kernel paused for failed: its exit is a death again. gVisor ends a sandbox whose save
+        failed; if this one ended so, that is its death, recorded now (its cells end). True: the kernel is gone."""
+        self.exit_expected = False
+        sandbox = self.sandbox
+        if sandbox is None:
+            return False
+        if self._exited is not sandbox and sandbox.backend.status(sandbox).state == "running":
+            return False
+        self._exited = sandbox  # its death is recorded here, not again when its wait returns
+        self.died = True
+        self.events.life("kernel-died", cause="checkpoint-failed")
+        self._cells.kernel_ended(KernelEnd("kernel-died", "kernel-died"))
+        return True
 
     async def _recover_output(self) -> None:
         """The kernel died: record the running cell's output that its log has and IOPub never delivered."""

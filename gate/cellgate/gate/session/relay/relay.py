@@ -211,10 +211,16 @@ class Relay:
         while a cell runs. Unless its sandbox is ``leave_running`` (a fork's parent), its stop is no death."""
         self._call(self._pause_kernel(leave_running))
 
-    def pause_failed(self) -> None:
-        """The checkpoint failed and the kernel took its sockets up again: its exit is a death again."""
-        self.kernel.exit_expected = False
-        self.reconnect_kernel()
+    def pause_failed(self) -> bool:
+        """The checkpoint failed: the kernel took its sockets up again (then connect anew), or its sandbox ended
+        with the checkpoint (then that is its death). True: the kernel is gone."""
+        return bool(self._call(self._pause_failed()))
+
+    async def _pause_failed(self) -> bool:
+        if self.kernel.checkpoint_failed():
+            return True
+        await self._reconnect_kernel()
+        return False
 
     async def _pause_kernel(self, leave_running: bool) -> None:
         running = self.cells.running()
