@@ -4,11 +4,11 @@ allows anything, bound into every sandbox of the session (restarts keep it) and 
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Mapping
 from typing import Any
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate._guarded import remove_tree_quietly
 from cellgate.gate.calls.packages import PackageInstaller
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.backend import SandboxBackend
@@ -49,4 +49,4 @@ def package_installer(settings: Settings, backend: SandboxBackend, runtime: Mapp
 
 def remove(installer: PackageInstaller | None) -> None:
     if installer is not None:
-        shutil.rmtree(installer.layer, ignore_errors=True)
+        remove_tree_quietly(installer.layer)
