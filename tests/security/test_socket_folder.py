@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from cellgate.gate import Session, SessionError
-from cellgate.gate._errors import SandboxError
+from cellgate.gate._errors import FileRefused, SandboxError
 from cellgate.gate.sandbox.environment import IPC_DIR, OUTPUT_LOG, SNAPSHOT_READY
 from cellgate.gate.sandbox.local import oci
 from cellgate.kernel import wire
@@ -133,6 +133,16 @@ def test_names_a_cell_plants_in_its_socket_folder_do_not_steer_the_host(tmp_path
             trial = await attempt(session, session.trial("kept = kept + 1"))
             if trial is not None:
                 await bounded(trial.keep())
+            await still_serves(session)
+
+            # Files in and out: the kernel moves them, inside the sandbox, where a link to a host path reaches
+            # nothing of the host's.
+            await bounded(session.execute(f"import os; os.symlink({str(sentinel.path)!r}, '/tmp/planted')"))
+            for move in (session.upload("/tmp/planted", b"the cell's bytes"), session.download("/tmp/planted")):
+                try:
+                    await bounded(move)
+                except FileRefused as exc:
+                    assert "/tmp/planted" in str(exc), exc
             await still_serves(session)
 
             # A failed checkpoint: a socket the cell binds in the folder is one gVisor cannot save. The host tells
