@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
+from cellgate.gate._guarded import remove_tree_quietly
 from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.local import cgroups, mounts
 from cellgate.gate.sandbox.runtime_dir import check_private
@@ -55,7 +55,7 @@ def reap_leftovers(root: Path) -> list[str]:
             # A host that died while preparing a sandbox leaves a mounted socket folder and no owner record.
             if mounts.mounts_under(folder) and _age(folder) > ORPHAN_MOUNT_AGE:
                 mounts.unmount_under(folder)
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree_quietly(folder)
                 reaped.append(folder.name)
             continue
         if not isinstance(owner, dict) or liveness.owner_alive(owner):
@@ -74,7 +74,7 @@ def reap_leftovers(root: Path) -> list[str]:
             paths = [Path(p) for p in named if isinstance(p, str)]
             cgroups.remove([p for p in paths if cgroups.is_sandbox_cgroup(p, folder.name)])
         mounts.unmount_under(folder)  # the socket folder's tmpfs: never rmtree into a mount
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree_quietly(folder)
         reaped.append(folder.name)
     return reaped
 

@@ -27,12 +27,12 @@ import importlib.metadata
 import json
 import os
 import secrets
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import cellgate.kernel
+from cellgate.gate._guarded import remove_tree_quietly
 from cellgate.gate.sandbox.local.runsc import Runsc
 from cellgate.gate.sandbox.runtime_dir import private_dir
 
@@ -75,14 +75,14 @@ def ensure_image(folder: Path, key: str, build: Callable[[Path], None]) -> Path:
         if image.is_dir():
             return image
         for stale in folder.glob(f".{key}.*"):  # a build whose process died; nobody else holds the lock
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree_quietly(stale)
         partial = folder / f".{key}.{secrets.token_hex(4)}"
         partial.mkdir(mode=0o700)
         try:
             build(partial)
             os.rename(partial, image)  # complete or absent, never half-written
         finally:
-            shutil.rmtree(partial, ignore_errors=True)
+            remove_tree_quietly(partial)
     prune(folder, MAX_IMAGES)
     return image
 
@@ -92,11 +92,11 @@ def prune(folder: Path, keep: int) -> int:
     images = sorted((p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")),
                     key=lambda p: p.stat().st_mtime, reverse=True)
     for image in images[keep:]:
-        shutil.rmtree(image, ignore_errors=True)
+        remove_tree_quietly(image)
         (folder / f"{image.name}.lock").unlink(missing_ok=True)
     return len(images[keep:])
 
 
 def discard(folder: Path, key: str) -> None:
     """Forget an image that failed to restore; the next start builds a new one."""
-    shutil.rmtree(folder / key, ignore_errors=True)
+    remove_tree_quietly(folder / key)
