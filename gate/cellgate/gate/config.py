@@ -73,7 +73,16 @@ class PackagesSettings(StrictModel):
 
     allow: list[str] = Field(default_factory=list, description="requirements naming each distribution a session may "
                              "install, dependencies included, with the versions allowed: [\"humanize>=4,<5\"]")
-    max_mb: int = Field(default=256, ge=1, le=16384, description="the most one install may download (its wheels)")
+    max_mb: int = Field(default=256, ge=1, le=16384, description="the most one install may download (its wheels), "
+                        "and the most one file of a wheel may unpack to")
+    max_unpacked_mb: int | None = Field(default=None, ge=1, le=65536, description="the most a session's package "
+                                        "layer may hold, unpacked (each install's wheels are checked against it "
+                                        "before anything is written); default 4 x max_mb")
+
+    @property
+    def unpacked_limit_mb(self) -> int:
+        """``max_unpacked_mb``, or its default: four times ``max_mb``."""
+        return self.max_unpacked_mb if self.max_unpacked_mb is not None else 4 * self.max_mb
 
     @field_validator("allow")
     @classmethod

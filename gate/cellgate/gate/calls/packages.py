@@ -9,8 +9,11 @@ unnamed, it falls to ``[policy] default``). Allowed, the host:
    the host), within ``[packages] max_mb``;
 2. refuses the whole install, installing nothing, if any resolved distribution (a dependency too) is not allowed
    by ``[packages] allow``;
-3. keeps each wheel by its sha256 in the wheel cache and unpacks it (``pip install --no-deps --no-index``: no code
-   runs) into the session's package layer, a host folder bound read-only into the sandbox and on its path.
+3. keeps each wheel by its sha256 in the wheel cache and unpacks it itself (``calls.wheels``: no code runs) into
+   the session's package layer, a host folder bound read-only into the sandbox and on its path: each wheel's
+   central directory is checked against ``[packages] max_unpacked_mb`` (what the layer may hold), ``max_mb`` (one
+   file), a count of files and a compression ratio before anything is written, then copied counted; a cached
+   wheel is hashed again, every time, as it is read for unpacking.
 
 The call's result names every installed distribution (name, version, sha256): the record has it, and a replay
 installs exactly those wheels again from the cache, by hash.
@@ -18,6 +21,7 @@ installs exactly those wheels again from the cache, by hash.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -33,15 +37,14 @@ from packaging.utils import canonicalize_name
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.registry import Tool
+from cellgate.gate.calls.wheels import Limits, open_verified
+from cellgate.gate.calls.wheels import PackageRefused as PackageRefused  # where callers have found it
+from cellgate.gate.calls.wheels import install as install_wheels
 from cellgate.gate.sandbox.images.spec import REQUIREMENT
 from cellgate.gate.sandbox.images.store import file_sha256
 
 TOOL_NAME: Final = "pip_install"
 PIP_TIMEOUT: Final = 600.0
-
-
-class PackageRefused(Exception):
-    """An install the host refuses; its message goes back to the cell (and into the record)."""
 
 
 def wheel_cache() -> Path:
@@ -74,11 +77,13 @@ class PackageInstaller:
     """One session's package layer and the ``pip_install`` tool that fills it."""
 
     def __init__(self, layer: Path, target: Sequence[str], allow: Sequence[str], max_bytes: int,
-                 cache: Path | None = None) -> None:
+                 cache: Path | None = None, max_unpacked_bytes: int | None = None) -> None:
         self.layer = layer  # bound read-only into the sandbox (the backend's ``package_layer``)
         self.target = list(target)  # pip's options for the sandbox's interpreter and platform ([] : this one's)
         self.allowed = parse_allow(allow)
         self.max_bytes = max_bytes
+        # [packages] max_unpacked_mb: what the layer may hold, unpacked; max_mb: one file of it
+        self.limits = Limits(total_bytes=max_unpacked_bytes or 4 * max_bytes, file_bytes=max_bytes)
         self.cache = cache or wheel_cache()
         self.installed: list[dict[str, str]] = []
 
@@ -108,13 +113,8 @@ class PackageInstaller:
             wheels = self._download(list(requirements), Path(scratch))
             found = [self._check(wheel) for wheel in wheels]
             self.cache.mkdir(parents=True, exist_ok=True)
-            kept = []
-            for wheel, entry in zip(wheels, found, strict=True):
-                cached = self.cache / entry["sha256"] / entry["file"]
-                if not cached.exists():
-                    cached.parent.mkdir(exist_ok=True)
-                    shutil.copyfile(wheel, cached)
-                kept.append(cached)
+            kept = [(self._keep(wheel, entry["sha256"]), entry["sha256"]) for wheel, entry in zip(wheels, found,
+                                                                                                     strict=True)]
             self._unpack(kept)
         self.installed += found
         return {"installed": found}
@@ -130,11 +130,7 @@ class PackageInstaller:
             if not re.fullmatch(r"[0-9a-f]{64}", digest) or not re.fullmatch(r"[A-Za-z0-9._+-]+\.whl", file):
                 raise PackageRefused(f"the recorded wheel {file[:100]!r} (sha256 {digest[:64]!r}) is not one this "
                                      "host could have kept")
-            cached = self.cache / digest / file
-            if not cached.is_file() or file_sha256(cached) != digest:
-                raise PackageRefused(f"the wheel {file} (sha256 {digest}) is not in the wheel cache {self.cache}: "
-                                     "replay it on the host that recorded the run")
-            wheels.append(cached)
+            wheels.append((self.cache / digest / file, digest))  # missing or changed: refused as it is opened
         self._unpack(wheels)
         return [dict(entry) for entry in entries]
 
@@ -182,9 +178,29 @@ class PackageInstaller:
             raise PackageRefused(f"{canonical} {version} is outside [packages] allow's {allowed}: nothing was installed")
         return {"name": canonical, "version": version, "sha256": file_sha256(wheel), "file": wheel.name}
 
-    def _unpack(self, wheels: list[Path]) -> None:
-        done = self._pip("install", ["install", "--quiet", "--no-index", "--no-deps", "--only-binary=:all:",
-                                     "--no-warn-script-location", "--upgrade", "--target", str(self.layer),
-                                     *self.target, *map(str, wheels)])
-        if done.returncode != 0:
-            raise PackageRefused(f"pip could not unpack the wheels: {done.stderr.strip()[-800:]}")
+    def _keep(self, wheel: Path, digest: str) -> Path:
+        """The wheel in the cache by its sha256, written whole before it has its name (a kept one stays)."""
+        cached = self.cache / digest / wheel.name
+        if not os.path.lexists(cached):
+            cached.parent.mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=cached.parent, prefix=".keep-", delete=False) as out, \
+                    wheel.open("rb") as source:
+                shutil.copyfileobj(source, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(out.name, cached)
+        return cached
+
+    def _unpack(self, wheels: list[tuple[Path, str]]) -> None:
+        """The wheels (path, sha256) into the layer: each read once and hashed, then unpacked within the bounds."""
+        with contextlib.ExitStack() as opened:
+            verified = [(path.name, opened.enter_context(open_verified(path, digest, self.cache)))
+                        for path, digest in wheels]
+            install_wheels(self.layer, verified, self.limits, compile_pyc=self._compiles_for_this_python())
+
+    def _compiles_for_this_python(self) -> bool:
+        """Byte-compile only for a sandbox Python of this one's version (another would not read the files)."""
+        if "--python-version" not in self.target:
+            return True
+        wanted = self.target[self.target.index("--python-version") + 1]
+        return wanted == f"{sys.version_info.major}.{sys.version_info.minor}"

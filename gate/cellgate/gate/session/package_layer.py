@@ -44,7 +44,8 @@ def package_installer(settings: Settings, backend: SandboxBackend, runtime: Mapp
     layer = private_dir(run_root() / "packages") / session_id
     layer.mkdir(mode=0o755)  # bound read-only into the sandbox, where its user reads it
     layer.chmod(0o755)
-    return PackageInstaller(layer, target_of(runtime.get("image")), packages.allow, packages.max_mb << 20)
+    return PackageInstaller(layer, target_of(runtime.get("image")), packages.allow, packages.max_mb << 20,
+                            max_unpacked_bytes=packages.unpacked_limit_mb << 20)
 
 
 def remove(installer: PackageInstaller | None) -> None:

@@ -2,7 +2,8 @@
 
 1. ``mmdebstrap`` makes the essential Debian set plus the spec's packages from this machine's own Debian mirror
    (the apt sources it is configured with, never a host name of ours), as root or, without root, in a user
-   namespace (``--mode=unshare``); unpacked as a tar with setuid bits, device files and paths outside dropped.
+   namespace (``--mode=unshare``); unpacked as a tar whose every member is checked first (:func:`check_members`:
+   names and link targets inside the root, nothing under a link), with setuid bits and device files dropped.
 2. ``pip download`` resolves the requirements for the image's Python and platform, **wheels only** (an sdist
    would run code on the host to build), from the index this host's pip is configured for; each wheel's sha256
    makes the lock, and ``pip install --require-hashes --no-deps`` installs exactly the locked wheels.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import posixpath
 import re
 import secrets
 import shutil
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -159,16 +161,87 @@ def _debootstrap(mmdebstrap: str, spec: ImageSpec, work: Path) -> None:
     _run("mmdebstrap", argv, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
     rootfs = work / "rootfs"
     rootfs.mkdir()
-    with tarfile.open(tarball) as archive:
-        # "tar": no absolute or escaping member, no setuid, setgid or sticky bit, no group or other write bit.
-        archive.extractall(rootfs, filter=_member_filter)
+    extract(tarball, rootfs)
     tarball.unlink()
 
 
+def extract(tarball: Path, rootfs: Path) -> None:
+    """The root filesystem's tar into ``rootfs``, every member checked first (:func:`check_members`), then
+    tarfile's "tar" filter: no setuid, setgid or sticky bit, no group or other write bit."""
+    with tarfile.open(tarball) as archive:
+        members = check_members(archive.getmembers())
+        archive.extractall(rootfs, members=members, filter=_member_filter)
+
+
+def check_members(members: Iterable[tarfile.TarInfo]) -> list[tarfile.TarInfo]:
+    """The members to extract, each checked on its own names before anything is written; ImageBuildError naming
+    the first that is not a plain file, folder or link inside the root.
+
+    Not left to ``filter=``: the filters judge a member by ``os.path.realpath`` of where it would go, on a tree
+    the archive's own links already shape, and on Python < 3.11.13 a chain of links longer than PATH_MAX makes
+    realpath stop resolving (CVE-2025-4517): a later member is written outside. Here a member's name and link
+    target are judged lexically against the members before it: none absolute or with ``..`` past the root, no
+    member under (or at the name of) a link an earlier member made, no name twice, a hard link only to an
+    earlier regular file. Device files and FIFOs are left out: the sandbox's /dev is gVisor's own."""
+    kept: list[tarfile.TarInfo] = []
+    made: dict[str, str] = {}  # every name so far ("dir", "file" or "link"), and every folder above one ("dir")
+    for member in members:
+        if member.ischr() or member.isblk() or member.isfifo():
+            continue
+        name = _inside(member.name, member, "its name")
+        if not name:
+            if not member.isdir():
+                raise _refused(member, "names the root itself")
+            kept.append(member)  # the root's own entry ("./"): its mode
+            continue
+        if name in made and not (member.isdir() and made[name] == "dir"):
+            raise _refused(member, f"appears twice (first as a {made[name]})")
+        for parent in _parents(name):
+            if made.get(parent, "dir") != "dir":
+                raise _refused(member, f"is under {parent!r}, a {made[parent]} the archive made")
+        if member.issym():
+            target = member.linkname if member.linkname.startswith("/") else \
+                posixpath.join(posixpath.dirname(name), member.linkname)
+            _inside(target, member, f"its link target {member.linkname!r}")
+        elif member.islnk():
+            if made.get(_inside(member.linkname, member, f"its hard link target {member.linkname!r}")) != "file":
+                raise _refused(member, f"is a hard link to {member.linkname!r}, no regular file of the archive before it")
+        elif not member.isreg() and not member.isdir():
+            raise _refused(member, f"is of a type an image does not hold ({member.type!r})")
+        made.update((parent, "dir") for parent in _parents(name))
+        made[name] = "link" if member.issym() else "dir" if member.isdir() else "file"
+        kept.append(member)
+    return kept
+
+
+def _inside(path: str, member: tarfile.TarInfo, what: str) -> str:
+    """``path`` relative to the root, normalized; ImageBuildError if it is absolute (a member's name) or its
+    ``..`` climb past the root. A link's absolute target is read as the sandbox reads it, from the root."""
+    if "\x00" in path or (what == "its name" and path.startswith("/")):
+        raise _refused(member, f"has {what} absolute or with a NUL")
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if not parts:
+                raise _refused(member, f"has {what} climbing out of the root with '..'")
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/".join(parts)
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _refused(member: tarfile.TarInfo, why: str) -> ImageBuildError:
+    return ImageBuildError(f"the root filesystem's tar has a member {member.name[:300]!r} that {why}: nothing of it "
+                           "was extracted; the tar is not one mmdebstrap makes")
+
+
 def _member_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    if member.ischr() or member.isblk() or member.isfifo():
-        return None  # the sandbox's /dev is gVisor's own
-    return tarfile.tar_filter(member, path)
+    return tarfile.tar_filter(member, path)  # after check_members: the mode bits
 
 
 def _python_version(rootfs: Path) -> str:
