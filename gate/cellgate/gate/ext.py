@@ -18,6 +18,9 @@ behind them are private and move without notice: import a name from here, never 
   ``SandboxStatus``, ``MemoryWatch``, ``SandboxLimits``, ``CURVE_SERVER_KEY``, ``sandbox_kernel_environment``,
   ``sandbox_owner_record`` and ``sandbox_owner_state`` (one record of who owns a sandbox, and whether it lives).
 - Signing a server's own state: ``load_host_key`` (this host's key: ``mac(data, purpose)``, ``check``).
+- Budgets of a lineage (a session, its forks, trials, pool members and resumed sessions): ``lineage_of(session)``,
+  ``Lineage`` (``take(name, limit, what)`` counts atomically across processes, ``held()``, ``left(limit)``,
+  ``share(budget, limit)``, ``record()``/``from_record``) and ``BudgetRefused``.
 - Review servers (what the JupyterLab extension reads): ``verify_run``, ``blob_text``, ``ArtifactError``,
   ``pending_approval(s)``, ``answer_approval``, ``sandbox_owner_alive``, ``KERNEL_LAUNCHER_MODULE``,
   ``UntrustedLaunchState``, ``kernel_recording``.
@@ -43,6 +46,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they are imported 
     from cellgate.gate.audit.sanitize import untrusted_markdown
     from cellgate.gate.audit.verify import check_run as verify_run
     from cellgate.gate.calls.approval_queue import answer as answer_approval
+    from cellgate.gate.calls.lineage import BudgetRefused, Lineage, lineage_of
     from cellgate.gate.calls.approval_queue import pending_request as pending_approval
     from cellgate.gate.calls.approval_queue import pending_requests as pending_approvals
     from cellgate.gate.calls.record import CallRecord
@@ -126,6 +130,10 @@ _EXT = {
     "Trial": "cellgate.gate.session.session",
     # signing a server's own state
     "load_host_key": "cellgate.gate._hostkey:load",
+    # budgets of a lineage
+    "BudgetRefused": "cellgate.gate.calls.lineage",
+    "Lineage": "cellgate.gate.calls.lineage",
+    "lineage_of": "cellgate.gate.calls.lineage",
 }
 
 __all__ = [
@@ -133,11 +141,13 @@ __all__ = [
     "KERNEL_LAUNCHER_MODULE",
     "RESERVED_TOOL_NAMES",
     "ArtifactError",
+    "BudgetRefused",
     "CallRecord",
     "CallSpan",
     "CellRecord",
     "Checkpoint",
     "JournalEventRun",
+    "Lineage",
     "MemoryWatch",
     "ModelTurn",
     "Recorder",
@@ -157,6 +167,7 @@ __all__ = [
     "close_sources",
     "find_config",
     "kernel_recording",
+    "lineage_of",
     "load_host_key",
     "open_sources",
     "pending_approval",
