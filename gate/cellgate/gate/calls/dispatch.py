@@ -44,7 +44,8 @@ from cellgate.gate._json import canonical_json, canonical_text, json_bytes, sha2
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
-from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate
+from cellgate.gate.calls.lineage import BudgetRefused, Lineage
+from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate, lineage_budgets
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
 from cellgate.gate.calls.redaction import redact
@@ -144,6 +145,9 @@ class Dispatcher:
         self.session_id = session_id
         self.call_timeout = call_timeout
         self.counters = Counters()
+        # The budgets this session draws on with its forks, trials, pool members and resumes (``calls.lineage``);
+        # a fork's or a resumed session's gate is handed its parent's.
+        self.lineage = Lineage.new()
         self.principal: str | None = None  # whom the session acts for (Session.claim), for rules naming principals
         self._seq = itertools.count(first_seq)
         self._seen_ids: set[str] = set()
@@ -288,7 +292,16 @@ class Dispatcher:
             else:
                 message = f"tool {tool.name!r} refused: {verdict.reason} (rule {verdict.rule})"
             raise CallFailed(kind, message)
+        try:  # the session budgets, counted in the lineage's ledger: every fork, trial and resume shares them
+            taken = self.lineage.take_all(lineage_budgets(call, self.policy))
+        except BudgetRefused as exc:
+            record.rule, record.decision = exc.what, "deny"
+            raise CallFailed("budget", f"tool {tool.name!r} refused: {exc}") from None
+        except (OSError, ValueError) as exc:
+            raise CallFailed("unavailable", f"tool {tool.name!r} was not run: the lineage's budget ledger cannot be "
+                                            f"used ({exc})") from None
         self.counters.record(call, self.policy, time.monotonic(), scope.counts)
+        self.counters.session, self.counters.per_tool[call.tool] = taken["session"], taken[f"tool:{call.tool}"]
         if verdict.decision == "approve":
             self.telemetry.approvals_waiting(tool.name, 1)
             try:

@@ -197,6 +197,15 @@ class Counters:
                 "tool_session": self.per_tool.get(tool, 0)}
 
 
+def lineage_budgets(call: Call, policy: Policy) -> list[tuple[str, int | None, str]]:
+    """The session budgets a call spends, as ``Lineage.take_all`` counts them for a session's whole lineage
+    (its forks, trials, pool members and resumes): (name in the ledger, limit, the rule that sets it)."""
+    entry = policy.for_tool(call.tool)
+    return [("session", policy.max_calls_per_session, "max_calls_per_session"),
+            (f"tool:{call.tool}", entry.max_calls_per_session if entry else None,
+             f"tools.{call.tool}.max_calls_per_session")]
+
+
 def _budget(limit: int | None, count: int, rule: str, what: str) -> Verdict | None:
     if limit is not None and count >= limit:
         return Verdict("deny", rule, f"{what} budget of {limit} calls is used up ({count} made)",

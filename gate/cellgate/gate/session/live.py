@@ -16,8 +16,10 @@ budgets counted from the record. A **fork** (``Session.fork``) saves the
 sandbox and leaves it running: the parent records ``session-forked`` and goes
 on, and each fork is a new session restored from the same image, with its own
 sandbox, gate and notebook, whose metadata names the parent's notebook, where
-its journal stood and the fork's number. A fork's budgets start from nothing
-and approvals never carry over: each fork is a session of its own.
+its journal stood and the fork's number. A fork's budgets are its parent's
+(``calls.lineage``: the same ledger, or a smaller share of it), and the
+manifest names that lineage, so a resumed session draws on it too; approvals
+never carry over.
 
 A checkpoint holds the kernel's memory: what the program computed, never a
 credential (none enters the sandbox). Tools, policy and settings are the
@@ -48,6 +50,7 @@ from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.resume import Previous, read_previous, setup_changes
 from cellgate.gate.calls.approval import Approver
 from cellgate.gate.calls.dispatch import CallLog, Dispatcher
+from cellgate.gate.calls.lineage import Lineage
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.sandbox.backend import Restore
@@ -99,6 +102,7 @@ class Checkpoint:
     id: str  # how the records name it
     digest: str  # of its manifest
     secrets: dict[str, str]  # what the session's gate knew as secret (form -> marker): its kernel may hold them
+    lineage: dict[str, Any] | None = None  # the budgets it draws on (``Lineage.record``); None: made before lineages
 
     def record_of(self) -> dict[str, Any]:
         """How a fork's metadata names its parent."""
@@ -142,14 +146,17 @@ def _image_files(image: Path) -> dict[str, str]:
 
 
 def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Path, journal: Journal,
-                   session_id: str, backend: str, key: str, secrets: dict[str, str]) -> Checkpoint:
-    body = {
+                   session_id: str, backend: str, key: str, secrets: dict[str, str],
+                   lineage: dict[str, Any] | None = None) -> Checkpoint:
+    body: dict[str, Any] = {
         "secrets": secrets,
         "format": FORMAT, "cellgate": _version(), "kind": kind, "id": checkpoint_id, "made": utcnow(),
         "notebook": str(notebook),
         "journal": {"seq": journal.seq, "hash": journal.head}, "session_id": session_id,
         "sandbox": {"backend": backend, "key": key}, "files": _image_files(folder / IMAGE),
     }
+    if lineage is not None:
+        body["lineage"] = lineage
     text = canonical_json(body)
     signed = {**body, "mac": hostkey.load().mac(text.encode(), MAC_PURPOSE)}
     (folder / MANIFEST).write_text(json.dumps(signed, indent=1))
@@ -199,7 +206,8 @@ def _checkpoint(folder: Path, body: dict[str, Any], digest: str) -> Checkpoint:
     secrets = body.get("secrets")
     known = {str(k): str(v) for k, v in secrets.items()} if isinstance(secrets, dict) else {}
     return Checkpoint(folder, body["kind"], Path(body["notebook"]), dict(body["journal"]), str(body["session_id"]),
-                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest, known)
+                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest, known,
+                      body.get("lineage") if isinstance(body.get("lineage"), dict) else None)
 
 
 # --------------------------------------------------------------------------------------------------- the session
@@ -241,12 +249,12 @@ async def pause(session: Live, path: str | Path | None) -> Checkpoint:
     notebook = recorder.notebook_path
     folder = new_folder(Path(path) if path is not None else notebook.with_name(notebook.stem + ".checkpoint"))
     backend, key = await _save(session, folder, leave_running=False)
-    known = session.provisioner.gate.secrets.known()
+    known, lineage = session.provisioner.gate.secrets.known(), session.provisioner.gate.lineage.record()
     session_id, checkpoint_id = session.provisioner.started.session_id, secrets.token_hex(8)
     session.provisioner.ending = ("session-paused", {"checkpoint": checkpoint_id})
     await session.shutdown()
     return write_manifest(folder, "pause", checkpoint_id, notebook=notebook, journal=recorder.journal,
-                          session_id=session_id, backend=backend, key=key, secrets=known)
+                          session_id=session_id, backend=backend, key=key, secrets=known, lineage=lineage)
 
 
 async def fork(session: Live, count: int | None, path: str | Path | None) -> Checkpoint:
@@ -267,20 +275,25 @@ async def fork(session: Live, count: int | None, path: str | Path | None) -> Che
     recorder.write_notebook()
     return write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
                           session_id=session.provisioner.started.session_id, backend=backend, key=key,
-                          secrets=session.provisioner.gate.secrets.known())
+                          secrets=session.provisioner.gate.secrets.known(),
+                          lineage=session.provisioner.gate.lineage.record())
 
 
-def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of: int | None) -> LaunchOptions:
+def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of: int | None,
+                 lineage: Lineage | None = None, budget: dict[str, Any] | None = None) -> LaunchOptions:
     """The launch options of fork ``number`` of ``checkpoint``: the parent's, its kernel restored, a notebook of its
     own beside the parent's whose metadata names the parent (a resumed parent's own record is never its fork's)."""
     continued = getattr(parent.recorder_factory, "__self__", None)
     if isinstance(continued, Continuation):
         parent = replace(parent, recorder_factory=continued.options.recorder_factory,
                          gate_factory=continued.options.gate_factory)
-    metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": of}}
+    lineage = lineage or Lineage.from_record(checkpoint.lineage)  # ``budget``: what the fork's record says of it
+    budget = budget or ({"lineage": lineage.id} if lineage else None)
+    metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": of,
+                                                   **({"budget": budget} if budget else {})}}
     notebook = free_path(checkpoint.notebook.with_name(f"{checkpoint.notebook.stem}.fork-{number}.ipynb"))
     return replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=notebook,
-                   gate_factory=KnownSecrets(parent.gate_factory, checkpoint.secrets))
+                   gate_factory=KnownSecrets(parent.gate_factory, checkpoint.secrets, lineage))
 
 
 def resume_options(path: str | Path, options: LaunchOptions) -> LaunchOptions:
@@ -329,6 +342,7 @@ class Continuation:
                           session_id=self.checkpoint.session_id, call_timeout=call_timeout,
                           first_seq=self.previous.next_call_seq)
         gate.secrets.restore(self.checkpoint.secrets)  # the kernel may still hold what the gate scrubbed
+        gate.lineage = Lineage.from_record(self.checkpoint.lineage) or gate.lineage  # its budgets' ledger
         for record in self.previous.records:  # the session's budgets, as used before the pause
             counters = record.get("call", {}).get("counters") if record["event"] == "call-finished" else None
             if isinstance(counters, dict):
@@ -336,6 +350,8 @@ class Continuation:
                 gate.counters.session = max(gate.counters.session, int(counters.get("session", 0)))
                 gate.counters.per_tool[tool] = max(gate.counters.per_tool.get(tool, 0),
                                                    int(counters.get("tool_session", 0)))
+        gate.lineage.raise_to({"session": gate.counters.session,
+                               **{f"tool:{tool}": n for tool, n in gate.counters.per_tool.items()}})
         return gate
 
 
@@ -343,15 +359,18 @@ class KnownSecrets:
     """A fork's gate factory: the parent's, its gate knowing what the parent's knew as secret (the fork's kernel
     holds what the parent's held)."""
 
-    def __init__(self, factory: GateFactory, secrets: dict[str, str]) -> None:
+    def __init__(self, factory: GateFactory, secrets: dict[str, str], lineage: Lineage | None = None) -> None:
         self.factory = factory
         self.secrets = secrets
+        self.lineage = lineage  # the parent's budgets (or a share of them), which the fork draws on
 
     def __call__(self, registry: ToolRegistry, *, log: CallLog, policy: Policy, approver: Approver,
                  session_id: str, call_timeout: float) -> Dispatcher:
         gate = self.factory(registry, log=log, policy=policy, approver=approver, session_id=session_id,
                             call_timeout=call_timeout)
         gate.secrets.restore(self.secrets)
+        if self.lineage is not None:
+            gate.lineage = self.lineage
         return gate
 
 

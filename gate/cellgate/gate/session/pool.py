@@ -54,8 +54,10 @@ class Pool:
         sandbox, gate and notebook naming ``session``'s."""
         checkpoint = await live.fork(session, None, path)
         pool = cls(size, max_sessions=max_sessions, acquire_timeout=acquire_timeout)
-        pool._make = lambda _options, number: session._forked(
-            live.fork_options(checkpoint, session.launch_options, number, None))
+        lineage, limit = session.provisioner.gate.lineage, session.policy.max_calls_per_session
+        pool._make = lambda _options, number: session._forked(  # each draws on the session's budgets (its lineage)
+            live.fork_options(checkpoint, session.launch_options, number, None, lineage,
+                              {"lineage": lineage.id, "left": lineage.left(limit)}))
         return await pool.start()
 
     async def start(self) -> Pool:

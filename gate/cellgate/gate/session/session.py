@@ -303,13 +303,18 @@ class Session:
         session._options = live.resume_options(path, session._options)
         return session
 
-    async def fork(self, count: int, path: str | Path | None = None) -> list[Session]:
+    async def fork(self, count: int, path: str | Path | None = None, *, budget: int | None = None) -> list[Session]:
         """``count`` started sessions, each continuing this kernel as it is now in a sandbox of its own, with its
-        own gate (budgets from nothing, no approvals carried over) and notebook naming this one; this session
-        goes on. ``path``: the new folder of the checkpoint they start from (default: beside the notebook)."""
+        own gate (drawing on this session's budgets, ``calls.lineage``; no approvals carried over) and notebook
+        naming this one; this session goes on. ``budget``: each fork's share of the calls this session has left
+        (never more: ValueError). ``path``: the new folder of the checkpoint they start from (default: beside
+        the notebook)."""
+        parent, limit = self.provisioner.gate.lineage, self.policy.max_calls_per_session
+        shares = [parent.share(budget, limit) for _ in range(count)]  # refused before anything is saved
         checkpoint = await live.fork(self, count, path)
-        forks = [self._forked(live.fork_options(checkpoint, self._options, number, count))
-                 for number in range(1, count + 1)]
+        forks = [self._forked(live.fork_options(checkpoint, self._options, number, count, share,
+                                                {"lineage": share.id, "share": budget, "left": share.left(limit)}))
+                 for number, share in enumerate(shares, 1)]
         started = await asyncio.gather(*(f.start() for f in forks), return_exceptions=True)
         failures = [r for r in started if isinstance(r, BaseException)]
         if failures:
