@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
@@ -16,6 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from cellgate.extensions.mcp.auth import STATIC, Principal
 from cellgate.extensions.mcp.config import McpQuotas
 from cellgate.extensions.mcp.sessions import Sessions
+from cellgate.gate.ext import Lineage
 
 T = TypeVar("T")
 ALICE, BOB, CAROL = (Principal(name, STATIC) for name in ("alice", "bob", "carol"))
@@ -35,6 +37,8 @@ class StandIn:
 
     def __init__(self, owner: Principal | None) -> None:
         self.owner, self.ended = owner, False
+        # the ledger its calls are counted in ([mcp.quotas] calls_per_session holds across its lineage)
+        self.provisioner = SimpleNamespace(gate=SimpleNamespace(lineage=Lineage.new()))
 
     def claim(self, name: str) -> None:
         assert self.owner is not None and name == self.owner.name

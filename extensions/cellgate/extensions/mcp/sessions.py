@@ -5,7 +5,9 @@ good in its owner's hands: another principal presenting it gets the very
 error an unknown handle gets (``unknown``), so it learns nothing, not even
 that the handle exists. ``[mcp.quotas]`` bounds each principal: sessions open
 at once (paused ones included), ``execute_python`` calls per session and per
-hour; one principal reaching a limit leaves the others as they were.
+hour; one principal reaching a limit leaves the others as they were. A
+session's calls are counted in its lineage's ledger (``calls.lineage``), so
+``calls_per_session`` holds across the sessions ``fork`` makes and a restart.
 
 Live sessions (``parked``): a session unused for ``[mcp] idle_pause`` seconds, and every session when the server
 stops (``[mcp] pause_on_stop``), is paused into a checkpoint and its sandbox freed; the next call with its handle,
@@ -31,7 +33,7 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 
 from cellgate.gate import CellgateError, ConfigError, Pool, Session
-from cellgate.gate.ext import read_checkpoint
+from cellgate.gate.ext import BudgetRefused, lineage_of, read_checkpoint
 
 from .auth import Principal
 from .config import McpQuotas
@@ -40,6 +42,7 @@ from .parked import Owner, Parked, Parking
 HOUR = 3600.0
 PRINCIPAL_EVENT = "mcp-principal"  # journal event: who owns the session (rendered by events.render_principal)
 MOVE_BOUND = 300.0  # seconds a call waits for its session's pause (checkpoint ~4 s) or resume to end
+CALLS = "mcp.execute_python"  # the name [mcp.quotas] calls_per_session counts in a lineage's ledger
 MAX_FORKS = 16  # sessions one fork_session call makes, at most (each a sandbox; the quotas bound it further)
 
 _log = logging.getLogger(__name__)
@@ -212,6 +215,12 @@ class Sessions:
                                resumed=checkpoint.id)
         session.recorder.write_notebook()
         entry = _Entry(session, owner, calls=parked.calls)
+        try:  # its calls are its lineage's, named in its checkpoint; at least what its parking says
+            lineage = lineage_of(session)
+            await asyncio.to_thread(lineage.raise_to, {CALLS: parked.calls})
+            entry.calls = (await asyncio.to_thread(lineage.held)).get(CALLS, parked.calls)
+        except (OSError, ValueError):
+            _log.exception("a resumed session's call count could not be read from its lineage's ledger")
         self._entries[handle] = entry
         return entry
 
@@ -229,7 +238,7 @@ class Sessions:
             handle = await self._open(owner)
             return handle, self._entries[handle]
         entry = await self._live(handle, owner)
-        self._check_calls(entry, owner)
+        self._check_calls(owner)
         self._count_call(entry, owner)
         return handle, entry
 
@@ -246,7 +255,7 @@ class Sessions:
     async def _open(self, owner: Principal | None) -> str:
         """A new session of ``owner``, its first call counted: its place and the call are taken before the start
         (so concurrent admissions count them) and given back if the start fails."""
-        self._check_calls(None, owner)
+        self._check_calls(owner)
         self._check_sessions(owner)
         began = self._count_call(None, owner)
         self._starting[owner] += 1
@@ -258,7 +267,14 @@ class Sessions:
             raise
         finally:
             self._given_back(owner, 1)
-        entry = _Entry(session, owner, calls=1, pooled=self.pool is not None)
+        entry = _Entry(session, owner, pooled=self.pool is not None)
+        try:  # its first call, in its lineage's ledger (a new lineage: never refused)
+            entry.calls = self._take_call(entry, None)
+        except ToolError:
+            if began is not None:
+                self._calls[owner].remove(began)
+            await self._end(entry)
+            raise
         if self._closed:  # the server stopped while it started
             await self._end(entry)
             raise ToolError("this server is stopping; no new session was started")
@@ -301,12 +317,15 @@ class Sessions:
         return handles
 
     def _count_call(self, entry: _Entry | None, owner: Principal | None) -> float | None:
-        """Count one call (in ``entry``, and in the hour when a limit wants it); the hour's stamp, if kept."""
+        """Count one call (in ``entry``'s lineage, refused when its ``calls_per_session`` is used up; and in the
+        hour when a limit wants it); the hour's stamp, if kept."""
+        quota = self.quotas.of(_name(owner))
+        if entry is not None:
+            entry.calls = self._take_call(entry, quota.calls_per_session)
         now = time.monotonic()
         if entry is not None:
             entry.used = now
-            entry.calls += 1
-        if self.quotas.of(_name(owner)).calls_per_hour is None:
+        if quota.calls_per_hour is None:
             return None
         self._calls.setdefault(owner, deque()).append(now)
         return now
@@ -336,12 +355,22 @@ class Sessions:
                             f"sessions = {limit}, paused ones included); pass the `session` of one of them, or end "
                             "one with close_session")
 
-    def _check_calls(self, entry: _Entry | None, owner: Principal | None) -> None:
+    def _take_call(self, entry: _Entry, limit: int | None) -> int:
+        """Count one call of ``entry``'s session in its lineage's ledger (``calls.lineage``: the session, the
+        sessions ``fork_session`` made from it or it from, and the same sessions resumed by a restarted server all
+        draw on one ``calls_per_session``), checked and counted in one locked step; its lineage's count."""
+        try:
+            return lineage_of(entry.session).take(CALLS, limit, "[mcp.quotas] calls_per_session")
+        except BudgetRefused as exc:
+            raise ToolError(f"this session and the sessions forked from it or it from have run {exc.count} "
+                            "execute_python calls, the most allowed in one session "
+                            f"([mcp.quotas] calls_per_session = {limit}); end it with close_session and start a new "
+                            "one") from None
+        except (OSError, ValueError) as exc:  # the ledger cannot be read or written: nothing is run uncounted
+            raise ToolError(f"the call was not run: this session's call count cannot be kept ({exc})") from None
+
+    def _check_calls(self, owner: Principal | None) -> None:
         quota = self.quotas.of(_name(owner))
-        if entry is not None and quota.calls_per_session is not None and entry.calls >= quota.calls_per_session:
-            raise ToolError(f"this session has run its {entry.calls} execute_python calls, the most allowed in one "
-                            f"session ([mcp.quotas] calls_per_session = {quota.calls_per_session}); end it with "
-                            "close_session and start a new one")
         if quota.calls_per_hour is None:
             return
         recent = self._calls.setdefault(owner, deque())
