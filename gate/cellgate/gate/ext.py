@@ -46,9 +46,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time they are imported 
     from cellgate.gate.audit.sanitize import untrusted_markdown
     from cellgate.gate.audit.verify import check_run as verify_run
     from cellgate.gate.calls.approval_queue import answer as answer_approval
-    from cellgate.gate.calls.lineage import BudgetRefused, Lineage, lineage_of
     from cellgate.gate.calls.approval_queue import pending_request as pending_approval
     from cellgate.gate.calls.approval_queue import pending_requests as pending_approvals
+    from cellgate.gate.calls.lineage import BudgetRefused, Lineage, lineage_of
     from cellgate.gate.calls.record import CallRecord
     from cellgate.gate.calls.redaction import trim
     from cellgate.gate.calls.sources import ToolSource, close_sources, open_sources

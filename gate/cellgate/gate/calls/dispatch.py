@@ -43,8 +43,8 @@ from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json, canonical_text, json_bytes, sha256_hex, utcnow
 from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover, args_digest
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
-from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
 from cellgate.gate.calls.lineage import BudgetRefused, Lineage
+from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
 from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate, lineage_budgets
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
