@@ -141,6 +141,20 @@ def _gvisor_tests_need_runsc(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("runsc")
 
 
+
+@pytest.fixture(autouse=True)
+def _shared_folders_keep_their_modes() -> Iterator[None]:
+    """No test (and nothing of cellgate's it runs) changes the machine's shared folders: a /tmp left without
+    o+w once broke every later test of other users' plants, far from whatever did it."""
+    before = {path: os.stat(path).st_mode for path in _SHARED_FOLDERS}
+    yield
+    after = {path: os.stat(path).st_mode for path in _SHARED_FOLDERS}
+    changed = {path: f"{before[path]:o} -> {after[path]:o}" for path in before if before[path] != after[path]}
+    assert not changed, f"this test changed the mode of shared folders: {changed}"
+
+
+_SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+
 @pytest.fixture(scope="session", autouse=True)
 def host_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every test (and every CLI it starts) signs with a key of its own, never the user's real one."""

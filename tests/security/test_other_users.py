@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -130,6 +131,9 @@ def people() -> Iterator[tuple[int, int, Path]]:
     """(owner uid, stranger uid, a folder both can read) with the code both run; their state is removed after."""
     # No account needed; above the ranges of real and systemd's dynamic users, apart from other runs here.
     owner = 2_000_000 + 2 * secrets.randbelow(500_000)
+    tmp_mode = stat.S_IMODE(os.stat("/tmp").st_mode)
+    assert tmp_mode == 0o1777, (f"/tmp has mode {tmp_mode:o}, not 1777 as Debian makes it: these tests plant in it "
+                                "as another user would; run `chmod 1777 /tmp`")
     stranger = owner + 1
     base = Path(tempfile.mkdtemp(prefix="cellgate-users-"))
     try:
