@@ -345,6 +345,10 @@ class Session:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
+    async def aclose(self) -> None:
+        """End the session (``shutdown``), for ``contextlib.aclosing`` and the like; forks end the same way."""
+        await self.shutdown()
+
     # -------------------------------------------------------------- running
     @property
     def provisioner(self) -> GVisorProvisioner:
