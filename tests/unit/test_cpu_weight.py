@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cellgate.gate import ConfigError
+from cellgate.gate.config import load_settings
 from cellgate.gate.sandbox.local import cpu_weight
 
 pytestmark = pytest.mark.root_only  # only root writes the sandboxes' parent (runsc makes it only as root)
@@ -36,3 +38,20 @@ def test_no_cpu_controller_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "cgroup.subtree_control").write_text("memory pids\n")
     assert cpu_weight.weigh(1 / 32, root=tmp_path) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cgroup.controllers", "cgroup.subtree_control"]
+
+
+def test_the_weight_is_the_hosts_never_a_projects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42, finding 7: one /cellgate cgroup weighs every sandbox of the host, so one project's cellgate.toml
+    must not rewrite it for every other gate there; the host's environment sets it."""
+    config = tmp_path / "cellgate.toml"
+    config.write_text("[sandbox]\nsandboxes_cpu_weight = 64\n")
+    with pytest.raises(ConfigError, match=r"sandboxes_cpu_weight = 64.*host-wide setting.*"
+                                          r"\$CELLGATE_SANDBOXES_CPU_WEIGHT"):
+        load_settings(config)
+    config.write_text("[sandbox]\nmemory_mb = 512\n")
+    assert load_settings(config).sandbox.sandboxes_cpu_weight == 1 / 32
+    monkeypatch.setenv("CELLGATE_SANDBOXES_CPU_WEIGHT", "0.5")
+    assert load_settings(config).sandbox.sandboxes_cpu_weight == 0.5
+    monkeypatch.setenv("CELLGATE_SANDBOXES_CPU_WEIGHT", "lots")
+    with pytest.raises(ConfigError, match=r"CELLGATE_SANDBOXES_CPU_WEIGHT='lots' is not a number"):
+        load_settings(config)

@@ -18,8 +18,10 @@ from cellgate.gate.session.session import Session
 
 
 def test_every_sandbox_setting_can_be_overridden_per_session() -> None:
-    # isolation is Session's own keyword; the rest arrive as **sandbox, typed by SandboxOverrides.
-    assert set(get_type_hints(SandboxOverrides)) == set(SandboxSettings.model_fields) - {"isolation"}
+    # isolation is Session's own keyword; the rest arrive as **sandbox, typed by SandboxOverrides, but for the
+    # host-wide sandboxes_cpu_weight ($CELLGATE_SANDBOXES_CPU_WEIGHT, never a session's or a project's).
+    assert set(get_type_hints(SandboxOverrides)) == set(SandboxSettings.model_fields) - {"isolation",
+                                                                                        "sandboxes_cpu_weight"}
 
 
 def test_session_builds_frozen_launch_options() -> None:

@@ -3,20 +3,24 @@
 Every backend reads it (``BackendSettings.sandbox``): the limits and timeouts of its requests are made from
 it (``SandboxRequest.from_settings``), and ``backend`` names the backend (``cellgate.sandbox_backends``).
 Some keys only the local backend reads (``isolation``, ``image``, ``runsc``, ``platform``, ``snapshot``, ``workspace``,
-``require_hard_limits``, ``cgroup_parent``, ``sandboxes_cpu_weight``). It imports nothing of the gate but the model base, so the sandbox
+``require_hard_limits``, ``cgroup_parent``, ``sandboxes_cpu_weight``). It imports nothing of the gate but the model base and errors, so the sandbox
 room and ``config`` both can.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from cellgate.gate._entry_points import entry_points
+from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel
 
+CPU_WEIGHT_ENV = "CELLGATE_SANDBOXES_CPU_WEIGHT"
+DEFAULT_CPU_WEIGHT = 1 / 32
 BACKENDS_GROUP = "cellgate.sandbox_backends"  # name -> a SandboxBackend subclass (``sandbox.backends``)
 
 
@@ -48,10 +52,11 @@ class SandboxSettings(StrictModel):
     cgroup_parent: str | None = Field(default=None, description="without root: the cgroup an admin delegated to this "
                                       "user (v1: under the user's own cgroup path in each of memory and pids; "
                                       "else $CELLGATE_CGROUP_PARENT); each sandbox gets a child there")
-    sandboxes_cpu_weight: float = Field(default=1 / 32, gt=0, le=64, description="as root: the CPU weight of all "
-                                        "of the host's gVisor sandboxes together, as a fraction of one process's, when "
-                                        "the cores are contended (the gate that serves them all runs first; 1: as "
-                                        "much as one process)")
+    sandboxes_cpu_weight: float = Field(default_factory=lambda: host_cpu_weight(), description="as root: the CPU "
+                                        "weight of all of the host's gVisor sandboxes together, as a fraction of one "
+                                        "process's, when the cores are contended (the gate that serves them all runs "
+                                        "first); host-wide, so it comes from $CELLGATE_SANDBOXES_CPU_WEIGHT, never "
+                                        "from a project's cellgate.toml")
     file_limit_mb: int = Field(default=64, ge=1, le=4096, description="largest file Session.upload or download "
                                "moves in or out of the sandbox (each kept as a blob of the record)")
     output_limit_kb: int = Field(default=8192, ge=16, description="recorded output per cell; head and tail are kept")
@@ -73,6 +78,16 @@ class SandboxSettings(StrictModel):
                              f"{self.memory_mb}: the host holds a message in memory while it checks it")
         return self
 
+    @model_validator(mode="after")
+    def _cpu_weight_is_the_hosts(self) -> SandboxSettings:
+        # One /cellgate cgroup weighs every sandbox on the host against every gate: a project's config (which may
+        # be anyone's) must not set it for the others.
+        if "sandboxes_cpu_weight" in self.model_fields_set:
+            raise ValueError(f"sandboxes_cpu_weight = {self.sandboxes_cpu_weight!r}: this is a host-wide setting "
+                             f"(one cgroup weighs every sandbox on the host), not a project's; remove it from "
+                             f"cellgate.toml and set ${CPU_WEIGHT_ENV} in the environment of this host's gates")
+        return self
+
     @field_validator("backend")
     @classmethod
     def _backend(cls, name: str) -> str:
@@ -91,3 +106,19 @@ class SandboxSettings(StrictModel):
             if not re.match(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$", name):
                 raise ValueError(f"{name!r} is not a module name (no leading underscores)")
         return names
+
+
+def host_cpu_weight() -> float:
+    """``sandboxes_cpu_weight``: ``$CELLGATE_SANDBOXES_CPU_WEIGHT`` (a fraction of one process's weight, over 0
+    and at most 64), else 1/32."""
+    text = os.environ.get(CPU_WEIGHT_ENV)
+    if text is None:
+        return DEFAULT_CPU_WEIGHT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 64:  # also NaN
+        raise ConfigError(f"{CPU_WEIGHT_ENV}={text[:40]!r} is not a number over 0 and at most 64 (a fraction of one "
+                         f"process's CPU weight, e.g. 0.03125); fix or unset it")
+    return value

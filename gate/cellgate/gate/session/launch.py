@@ -73,7 +73,6 @@ class SandboxOverrides(TypedDict, total=False):
     start_timeout: float | None
     require_hard_limits: bool | None
     cgroup_parent: str | None
-    sandboxes_cpu_weight: float | None
     output_limit_kb: int | None
     file_limit_mb: int | None
     pool: int | None
@@ -124,7 +123,7 @@ def settings_for(options: LaunchOptions, cwd: str | None) -> Settings:
         overrides["workspace"] = str((Path(cwd or os.getcwd()) / os.path.expanduser(workspace)).resolve())
     if overrides:
         try:  # validated like the file's own [sandbox] table
-            sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(), **overrides})
+            sandbox = SandboxSettings.model_validate({**settings.sandbox.model_dump(exclude_unset=True), **overrides})
         except ValidationError as exc:
             raise ConfigError(f"sandbox options: {'; '.join(validation_problems(exc))}") from None
         settings = settings.model_copy(update={"sandbox": sandbox})
