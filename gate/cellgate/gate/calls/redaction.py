@@ -11,6 +11,11 @@ import unicodedata
 from collections.abc import Iterable
 
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.@+-]+/)+[\w.@+-]*")
+# A URL is not a host path: it is kept whole (a password in it is not), except one that names a path on this host:
+# a file: URL, or one with no host (sqlite:///home/ann/db).
+_URL = (r"(?P<url>\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://"
+        r"(?:(?P<userinfo>[^\s/@\"'<>]*:[^\s/@\"'<>]*)@)?[^\s\"'<>]*)")
+_PATH_OR_URL = re.compile(f"{_URL}|{_PATH.pattern}")
 _CREDENTIAL = re.compile(
     r"(?i)(bearer\s+[\w.~+/=-]{8,}|authorization:\s*\S+(\s+\S+)?|\bsk-[\w-]{8,}|\bAKIA[0-9A-Z]{12,}|"
     r"(api[_-]?key|token|secret|password)=[^\s&]+)"
@@ -28,8 +33,20 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Remove host paths, credentials and known secret values from an error message."""
     text = scrub(text, secrets)
     text = _CREDENTIAL.sub("[redacted]", text)
-    text = _PATH.sub("<host path>", text)
+    text = _PATH_OR_URL.sub(_host_path_out, text)
     return unicodedata.normalize("NFC", text)[:2000]
+
+
+def _host_path_out(match: re.Match[str]) -> str:
+    if match.group("url") is None:
+        return "<host path>"
+    scheme, url = match.group("scheme"), match.group("url")
+    if scheme.lower() == "file" or url[len(scheme) + 3:].startswith("/"):
+        return f"{scheme}://<host path>"
+    if match.group("userinfo") is not None:  # user:password@ in the URL
+        start, end = match.span("userinfo")
+        url = f"{url[:start - match.start()]}[redacted]{url[end - match.start():]}"
+    return url
 
 
 def trim(text: str, budget: int, where: str) -> str:
