@@ -1,9 +1,10 @@
 """Live sessions: a session's kernel paused into a checkpoint and resumed (in this process or another), or forked.
 
-A checkpoint is a folder the host makes, its user's alone::
+A checkpoint is a folder the host makes, its user's alone (0700, its manifest 0600)::
 
     checkpoint.json   what it is: the session, where its record stood, the sandbox configuration it needs, the
-                      sha256 of every file of the image, all under a MAC of this host's key
+                      sha256 of every file of the image, all under a MAC of this host's key; and what the gate
+                      knew as secret, sealed (AES-GCM under a key derived from the host key: never in plaintext)
     image/            the sandbox's memory and state, as the backend saved it (``SandboxBackend.checkpoint``)
 
 The kernel lets go of its sockets first (``cellgate.kernel.hibernate``); the
@@ -21,8 +22,13 @@ its journal stood and the fork's number. A fork's budgets are its parent's
 manifest names that lineage, so a resumed session draws on it too; approvals
 never carry over.
 
-A checkpoint holds the kernel's memory: what the program computed, never a
-credential (none enters the sandbox). Tools, policy and settings are the
+A fork's checkpoint is a means, not a result: ``Session.fork`` (and so ``Session.trial``) deletes it once its
+forks are restored or failed, ``Pool.from_session``'s goes when the pool closes; only one in a folder the caller
+named (``path=``) stays, as does every pause's (it is what ``Session.resume`` reads).
+
+A checkpoint holds the kernel's memory: what the program computed (a value a
+tool marked ``Secret`` included: the sandbox got it), never a credential of the
+host's (none enters the sandbox). Tools, policy and settings are the
 caller's again at resume, never the checkpoint's: a resume under another
 setup is refused with what changed.
 """
@@ -30,18 +36,23 @@ setup is refused with what changed.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError, SessionError
+from cellgate.gate._guarded import Folder, remove_tree_quietly
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate._versions import versions
 from cellgate.gate.audit.journal import Journal
@@ -79,10 +90,12 @@ class Live(Protocol):
 
     async def shutdown(self) -> None: ...
 
-FORMAT = 1
+FORMAT = 2  # 2: the gate's secrets sealed (format 1 kept them in plaintext, and is refused)
 MANIFEST = "checkpoint.json"
 IMAGE = "image"
 MAC_PURPOSE = "cellgate-checkpoint"
+SECRETS_PURPOSE = "cellgate-checkpoint-secrets"  # the host key's MAC of it is the key that seals them
+NONCE_BYTES = 12
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_IMAGE_FILES = 256
 MAX_FORKS = 100
@@ -119,12 +132,46 @@ def new_folder(path: Path) -> Path:
     path = path.expanduser().absolute()
     try:
         path.mkdir(mode=0o700)
+        with Folder.open(path) as made:  # 0700 whatever the umask, through its descriptor (a link is refused)
+            os.fchmod(made.fd, 0o700)
     except FileExistsError:
         raise SessionError(f"{path} exists; a checkpoint is written only into a new folder: choose another path "
                            "or remove that one") from None
     except OSError as exc:
         raise SessionError(f"the checkpoint folder {path} cannot be made: {exc.strerror or exc}") from None
     return path
+
+
+def discard(checkpoint: Checkpoint) -> None:
+    """Delete a checkpoint no session will start from again (its forks are restored, its pool closed): the
+    kernel's memory and the gate's secrets do not stay on disk. The image is runsc's: nothing in it is followed."""
+    remove_tree_quietly(checkpoint.path)
+
+
+def _sealing_key(create: bool = True) -> AESGCM:
+    return AESGCM(bytes.fromhex(hostkey.load(create=create).mac(b"", SECRETS_PURPOSE)))
+
+
+def seal_secrets(known: dict[str, str], checkpoint_id: str) -> str:
+    """The gate's known secrets (form -> marker) as the manifest holds them: AES-GCM under a key only this host's
+    key gives, bound to the checkpoint's id; base64 of nonce and ciphertext."""
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    sealed = _sealing_key().encrypt(nonce, canonical_json(known).encode(), checkpoint_id.encode())
+    return base64.b64encode(nonce + sealed).decode()
+
+
+def open_secrets(sealed: object, checkpoint_id: str, manifest: Path) -> dict[str, str]:
+    """``seal_secrets`` undone: SessionError when they were sealed under another key or altered."""
+    try:
+        raw = base64.b64decode(str(sealed), validate=True)
+        nonce, sealed_text = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
+        known = json.loads(_sealing_key(create=False).decrypt(nonce, sealed_text, checkpoint_id.encode()))
+    except (binascii.Error, ValueError, InvalidTag):
+        known = None
+    if not isinstance(known, dict):
+        raise SessionError(f"the secrets in {manifest} do not open with this host's key: the checkpoint was made "
+                           "on another host or altered, and is not resumed")
+    return {str(k): str(v) for k, v in known.items()}
 
 
 def _image_files(image: Path) -> dict[str, str]:
@@ -148,8 +195,15 @@ def _image_files(image: Path) -> dict[str, str]:
 def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Path, journal: Journal,
                    session_id: str, backend: str, key: str, secrets: dict[str, str],
                    lineage: dict[str, Any] | None = None) -> Checkpoint:
+    """The manifest of the checkpoint in ``folder`` (``new_folder``'s, its ``image`` saved), written once."""
+    try:  # runsc made the image folder (0755): the checkpoint's user's alone too, through its descriptor
+        with Folder.open(folder) as made, made.child(IMAGE) as image:
+            os.fchmod(image.fd, 0o700)
+    except OSError as exc:
+        raise SessionError(f"the checkpoint's image {folder / IMAGE} is not a folder: {exc.strerror or exc}; "
+                           "the checkpoint is not written") from None
     body: dict[str, Any] = {
-        "secrets": secrets,
+        "secrets": seal_secrets(secrets, checkpoint_id),
         "format": FORMAT, "cellgate": _version(), "kind": kind, "id": checkpoint_id, "made": utcnow(),
         "notebook": str(notebook),
         "journal": {"seq": journal.seq, "hash": journal.head}, "session_id": session_id,
@@ -159,9 +213,9 @@ def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Pa
         body["lineage"] = lineage
     text = canonical_json(body)
     signed = {**body, "mac": hostkey.load().mac(text.encode(), MAC_PURPOSE)}
-    (folder / MANIFEST).write_text(json.dumps(signed, indent=1))
-    os.chmod(folder / MANIFEST, 0o600)
-    return _checkpoint(folder, body, sha256_hex(text))
+    with Folder.open(folder) as made:  # a new file (O_EXCL, no link followed), 0600 through its descriptor
+        made.write_new(MANIFEST, json.dumps(signed, indent=1).encode(), mode=0o600)
+    return _checkpoint(folder, body, sha256_hex(text), dict(secrets))
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
@@ -182,6 +236,11 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         text = canonical_json(signed)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise SessionError(f"{manifest} is not a checkpoint manifest (not JSON with a mac); it was altered") from None
+    made_as = signed.get("format")
+    if isinstance(made_as, int) and made_as < FORMAT:
+        raise SessionError(f"{folder} is a checkpoint of format {str(signed.get('format'))[:10]}, which kept the "
+                           f"gate's secrets in plaintext; this cellgate reads format {FORMAT} only: it is not "
+                           "resumed (delete it, and pause the session again to resume it later)")
     if signed.get("format") != FORMAT or signed.get("cellgate") != _version():
         raise SessionError(f"{folder} was made by cellgate {str(signed.get('cellgate'))[:40]} (checkpoint format "
                            f"{str(signed.get('format'))[:10]}); this is cellgate {_version()}: resume it with the "
@@ -198,13 +257,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         bad = sorted(name for name in {*found, *expected} if found.get(name) != expected.get(name))
         raise SessionError(f"the checkpoint's image differs from what was saved ({', '.join(bad[:5])}): it was "
                            "altered or cut short, and is not resumed")
-    return _checkpoint(folder, signed, sha256_hex(text))
+    return _checkpoint(folder, signed, sha256_hex(text), open_secrets(signed.get("secrets"), str(signed["id"]),
+                                                                    manifest))
 
 
-def _checkpoint(folder: Path, body: dict[str, Any], digest: str) -> Checkpoint:
+def _checkpoint(folder: Path, body: dict[str, Any], digest: str, known: dict[str, str]) -> Checkpoint:
     sandbox = body["sandbox"]
-    secrets = body.get("secrets")
-    known = {str(k): str(v) for k, v in secrets.items()} if isinstance(secrets, dict) else {}
     return Checkpoint(folder, body["kind"], Path(body["notebook"]), dict(body["journal"]), str(body["session_id"]),
                       Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest, known,
                       body.get("lineage") if isinstance(body.get("lineage"), dict) else None)
@@ -219,14 +277,14 @@ async def _save(session: Live, folder: Path, leave_running: bool) -> tuple[str, 
     try:
         await asyncio.to_thread(started.service.pause_kernel, leave_running)  # refused while a cell runs
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree_quietly(folder)  # runsc wrote into it: nothing there is followed
         raise
     try:
         made = await asyncio.to_thread(started.backend.checkpoint, handle, folder / IMAGE, leave_running)
     except BaseException:
         # The kernel took up its sockets again, or its sandbox ended with the checkpoint: restart() it then.
         session.dead = await asyncio.to_thread(started.service.pause_failed) or session.dead
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree_quietly(folder)  # runsc wrote into it: nothing there is followed
         raise
     if leave_running:
         await asyncio.to_thread(started.service.reconnect_kernel)
@@ -259,7 +317,8 @@ async def pause(session: Live, path: str | Path | None) -> Checkpoint:
 
 async def fork(session: Live, count: int | None, path: str | Path | None) -> Checkpoint:
     """``Session.fork`` and ``Pool.from_session``: the kernel saved and left running, the parent's record saying
-    so (``count`` forks, or a pool's as many as it needs: None); sessions start from it with ``fork_options``."""
+    so (``count`` forks, or a pool's as many as it needs: None); sessions start from it with ``fork_options``.
+    The caller ``discard``s it when no session will start from it again, unless ``path`` named its folder."""
     if count is not None and not 1 <= count <= MAX_FORKS:
         raise ConfigError(f"fork count {count!r} is not between 1 and {MAX_FORKS}; fork into fewer sessions")
     if session.dead:
@@ -374,4 +433,4 @@ class KnownSecrets:
         return gate
 
 
-__all__ = ["Checkpoint", "fork", "fork_options", "pause", "read_checkpoint", "resume_options"]
+__all__ = ["Checkpoint", "discard", "fork", "fork_options", "pause", "read_checkpoint", "resume_options"]

@@ -9,7 +9,9 @@ once; past it, ``acquire()`` waits up to ``acquire_timeout`` and then raises
 
 ``Pool.from_session`` warms a pool from a running session instead: every
 session it hands out is a fork of that session's kernel as it was (data
-loaded, modules imported), restored from one checkpoint (``session.live``).
+loaded, modules imported), restored from one checkpoint (``session.live``),
+which stays while the pool may start members from it and is deleted when the
+pool closes (kept only in a folder the caller named, ``path``).
 """
 
 from __future__ import annotations
@@ -45,15 +47,19 @@ class Pool:
         self._closed = False
         self._errors: list[BaseException] = []
         self._make: Callable[[dict[str, Any], int], Session] = lambda options, _number: Session(**options)
+        self._checkpoint: live.Checkpoint | None = None  # ``from_session``'s, deleted at close
 
     @classmethod
     async def from_session(cls, session: Session, size: int, *, max_sessions: int | None = None,
                            acquire_timeout: float = 60.0, path: str | Path | None = None) -> Pool:
         """A started pool of forks of ``session`` as it is now (its kernel saved once, into the new folder
         ``path``; the session goes on): each acquired session holds what ``session`` held, with its own
-        sandbox, gate and notebook naming ``session``'s."""
+        sandbox, gate and notebook naming ``session``'s. Every member starts from that checkpoint, so it stays
+        until the pool closes; then it is deleted (default: beside the notebook) or kept (``path``)."""
         checkpoint = await live.fork(session, None, path)
         pool = cls(size, max_sessions=max_sessions, acquire_timeout=acquire_timeout)
+        if path is None:
+            pool._checkpoint = checkpoint
         lineage, limit = session.provisioner.gate.lineage, session.policy.max_calls_per_session
         pool._make = lambda _options, number: session._forked(  # each draws on the session's budgets (its lineage)
             live.fork_options(checkpoint, session.launch_options, number, None, lineage,
@@ -152,6 +158,9 @@ class Pool:
             task.cancel()
         # A start under way is not cut short (its sandbox, a pod, would be left running): it ends, and is discarded.
         ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._checkpoint is not None:  # every start has ended and none can begin: no member reads it again
+            live.discard(self._checkpoint)
+            self._checkpoint = None
         ready = []
         while not self._ready.empty():
             ready.append(self._ready.get_nowait())
