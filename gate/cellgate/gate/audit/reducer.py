@@ -24,7 +24,8 @@ CELL_EVENTS = frozenset({"cell-started", "output", "execute-input", "call-starte
                          "refusals-coalesced", "refusals-dropped", "late-output", "cell-aborted"})
 
 
-LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded")
+LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded",
+               "session-continued")
 
 
 def live_note(record: dict[str, Any]) -> str:
@@ -41,6 +42,9 @@ def live_note(record: dict[str, Any]) -> str:
         verdict = "kept: the session goes on there" if record["event"] == "trial-kept" else "discarded"
         return (f"**A trial cell ran in a fork** (`{str(record.get('notebook', ''))[:200]}`, "
                 f"{str(record.get('status', ''))[:20]}) and was {verdict}.")
+    if record["event"] == "session-continued":  # a kept trial's fork: the session goes on here
+        return (f"**The trial was kept at {record['time']}**: the session of "
+                f"`{str(record.get('continued_from', ''))[:200]}` goes on in this notebook.")
     return (f"**The session was resumed at {record['time']}** from checkpoint `{checkpoint}`: its variables are "
             "as they were when it was paused.")
 

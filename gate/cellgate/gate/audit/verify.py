@@ -21,7 +21,14 @@ Checked, in order, and every problem reported with its place:
    removed or duplicated; its calls bundle may be missing, as a save through
    nbformat v3 leaves it, the table and metadata.cellgate.calls still say the same);
 4. every result blob the journal names is the run's own, a regular file of
-   the recorded size and sha256.
+   the recorded size and sha256;
+5. a kept trial's links (``Trial.keep``): a record that ends naming the
+   notebook it continues in (``continued_in``) has that notebook beside it,
+   whose signed journal names this one (``session-continued`` with
+   ``continued_from``), and a record that continues another has it beside
+   it, ending with ``continued_in`` naming this one. One link each way (every
+   notebook of a chain is verified on its own), and a name is followed only
+   when it is a plain notebook file name: never out of this folder.
 """
 
 from __future__ import annotations
@@ -183,6 +190,54 @@ def _cut_short(result: Verification, nb: Any, found: JournalRead, seq: int, jour
     return result
 
 
+MAX_NAME = 255
+
+
+def _plain_name(name: object) -> str | None:
+    """A neighbour's notebook name as a record gives it, if it is a plain notebook file name (else None)."""
+    if not isinstance(name, str) or len(name) > MAX_NAME or not name.endswith(".ipynb") or name.startswith("."):
+        return None
+    return name if name.isprintable() and "/" not in name and "\\" not in name else None
+
+
+def _neighbour(folder: Path, name: str, key: hostkey.HostKey) -> list[dict[str, Any]] | str:
+    """The records of the signed journal of notebook ``name`` in ``folder``, or why they cannot be read."""
+    try:
+        found = read_journal(open_confined(folder, f"{name[:-len('.ipynb')]}.journal.jsonl", "its journal"), key)
+    except ConfigError as exc:
+        return str(exc)
+    return found.problem or found.records
+
+
+def _check_links(path: Path, records: list[dict[str, Any]], key: hostkey.HostKey) -> list[str]:
+    """Problems with the notebooks a kept trial links this one to (``continued_in``, ``continued_from``)."""
+    problems = []
+    last, came = records[-1], next((r for r in records if r.get("event") == "session-continued"), None)
+    links = [("continued_in", last)] if last.get("event") == "session-ended" and "continued_in" in last else []
+    links += [("continued_from", came)] if came is not None else []
+    for field_name, record in links:
+        told = record.get(field_name)
+        name = _plain_name(told)
+        verb = "continues in" if field_name == "continued_in" else "continues"
+        if name is None:
+            problems.append(f"the record says it {verb} {str(told)[:100]!r}, which is not a plain notebook name "
+                            "beside it; it is not followed, and the link is not checked")
+            continue
+        found = _neighbour(path.parent, name, key)
+        if isinstance(found, str):
+            problems.append(f"the record says it {verb} {name}, whose signed journal cannot be read beside it: "
+                            f"{found}")
+        elif field_name == "continued_in" and not any(
+                r.get("event") == "session-continued" and r.get("continued_from") == path.name for r in found):
+            problems.append(f"the record says it continues in {name}, whose journal does not name {path.name} as "
+                            "the notebook it continues (no session-continued record naming it)")
+        elif field_name == "continued_from" and not (
+                found and found[-1].get("event") == "session-ended" and found[-1].get("continued_in") == path.name):
+            problems.append(f"the record says it continues {name}, whose journal does not end naming {path.name} "
+                            "as the notebook it continues in")
+    return problems
+
+
 def check_run(path: Path) -> Verification:
     """Verify a run; problems are empty when it is intact and signed with this host's key."""
     nb = load_notebook(path)
@@ -224,6 +279,7 @@ def check_run(path: Path) -> Verification:
     result.problems += _compare(reducer.notebook(journal_file), nb)
     result.blobs, blob_problems = _check_blobs(path.parent, journal_file, records, reducer)
     result.problems += blob_problems
+    result.problems += _check_links(path, records, key)
     if not result.problems:
         result.key_id = key.key_id
     return result

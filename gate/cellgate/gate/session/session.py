@@ -27,6 +27,7 @@ from typing_extensions import Unpack
 from cellgate.gate._errors import ConfigError, KernelDied, SessionError
 from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.audit.reducer import LIVE_EVENTS
 from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
@@ -125,12 +126,16 @@ class CellResult:
 
 
 class Trial:
-    """A cell run in a fork of a session (``Session.trial``), waiting to be kept or discarded."""
+    """A cell run in a fork of a session (``Session.trial``), waiting to be kept or discarded.
 
-    def __init__(self, session: Session, fork: Session, result: CellResult) -> None:
+    ``mark``: how many cells the session's record held when the trial began; a cell the session records after it
+    (code, command, direct call, file, restart) is not in the fork's kernel, and the trial is then not kept."""
+
+    def __init__(self, session: Session, fork: Session, result: CellResult, mark: int = 0) -> None:
         self.session = session
         self.fork = fork
         self.result = result
+        self.mark = mark
         self.decided: Literal["kept", "discarded"] | None = None
 
     def _decide(self, decision: Literal["kept", "discarded"]) -> None:
@@ -140,14 +145,29 @@ class Trial:
         self.session.recorder.event(f"trial-{decision}", sync=True, notebook=self.fork.notebook_path.name,
                                     status=self.result.status)
 
+    def _ran_since(self) -> int:
+        """The cells the session recorded after the trial began (its notes of forks and trials aside)."""
+        return sum(1 for cell in self.session.recorder.cells[self.mark:]
+                   if cell.kind != "markdown" or cell.extra.get("kind") not in LIVE_EVENTS)
+
     async def keep(self) -> Session:
-        """The fork becomes the session (the same object, driving the fork's kernel and notebook from now on); the
-        session's own kernel and record end, the record naming the notebook it goes on in."""
+        """The fork becomes the session (the same object, driving the fork's kernel and notebook from now on; the
+        fork's own object is left empty); the session's own kernel and record end, the record naming the notebook it
+        goes on in (``continued_in``) and that notebook naming this one (``continued_from``). Refused, with both
+        usable, when the session ran cells after the trial began: they are not in the fork's kernel."""
+        if self.decided is None and (ran := self._ran_since()):
+            raise SessionError(
+                f"this session ran {ran} cell{'s' if ran != 1 else ''} after the trial began; "
+                f"{'they are' if ran != 1 else 'it is'} not in the trial's kernel, so the trial is not kept: "
+                "discard it (await trial.discard()) and try again from the session as it is now")
         self._decide("kept")
         session, fork = self.session, self.fork
-        session.provisioner.ending = ("session-ended", {"continued_in": fork.notebook_path.name})
-        session.__dict__, fork.__dict__ = fork.__dict__, session.__dict__
-        await fork.shutdown()  # the session's former kernel and record
+        before, after = session.notebook_path.name, fork.notebook_path.name
+        session.provisioner.ending = ("session-ended", {"continued_in": after})
+        fork.recorder.event("session-continued", sync=True, continued_from=before, status=self.result.status)
+        fork.recorder.write_notebook()
+        former = session._take_over(fork)
+        await former.shutdown()  # the session's former kernel and record
         return session
 
     async def discard(self) -> None:
@@ -335,13 +355,27 @@ class Session:
         """Run ``code`` as a cell in a fork of this session, not here: ``Trial.result`` says what it did; then
         ``await trial.keep()`` makes the fork this session (its notebook goes on; this one ends saying so) or
         ``await trial.discard()`` drops it (this session is as it was). Both records say which was kept."""
+        mark = len(self.recorder.cells)  # what the session records from here on is not in the fork's kernel
         [fork] = await self.fork(1)
         try:
             result = await fork.execute(code, timeout)
         except BaseException:
             await fork.shutdown()
             raise
-        return Trial(self, fork, result)
+        return Trial(self, fork, result, mark)
+
+    def _take_over(self, fork: Session) -> Session:
+        """``Trial.keep``: this object drives ``fork``'s kernel, gate and notebook from now on. The parts a session
+        holds move one by one: the fork's into this session (``fork`` is left empty, as a session never started,
+        so that no two objects drive one kernel), this session's former ones into a new object that is returned
+        for the caller to shut down."""
+        former = Session()
+        former._options, former._cwd, former.km, former._client = self._options, self._cwd, self.km, self._client
+        former._names, former.dead = self._names, self.dead
+        self._options, self._cwd, self.km, self._client = fork._options, fork._cwd, fork.km, fork._client
+        self._names, self.dead = fork._names, fork.dead
+        fork.km, fork._client, fork._names, fork.dead = None, None, None, False
+        return former
 
     async def __aenter__(self) -> Session:
         return await self.start()
