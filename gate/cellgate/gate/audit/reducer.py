@@ -35,7 +35,8 @@ def live_note(record: dict[str, Any]) -> str:
         return f"**The session was paused at {record['time']}**: its kernel was saved as checkpoint `{checkpoint}`."
     if record["event"] == "session-forked":
         forks = record.get("forks")
-        into = f"into {int(forks)} sessions" if isinstance(forks, int) else "for a pool of sessions"
+        into = (f"into {forks} session{'' if forks == 1 else 's'}" if isinstance(forks, int)
+                else "for a pool of sessions")
         return (f"**The session was forked at {record['time']}** {into} (checkpoint `{checkpoint}`); each has a "
                 "notebook of its own that names this one.")
     if record["event"] in ("trial-kept", "trial-discarded"):
@@ -47,6 +48,21 @@ def live_note(record: dict[str, Any]) -> str:
                 f"`{str(record.get('continued_from', ''))[:200]}` goes on in this notebook.")
     return (f"**The session was resumed at {record['time']}** from checkpoint `{checkpoint}`: its variables are "
             "as they were when it was paused.")
+
+
+def ended_note(record: dict[str, Any]) -> str:
+    """What a reader is told where a session's record ends because a kept trial goes on in another notebook."""
+    return (f"**The session goes on in `{str(record.get('continued_in', ''))[:200]}`** from {record['time']}: "
+            "its trial was kept, and this record ends here.")
+
+
+def branch_extra(record: dict[str, Any]) -> dict[str, Any]:
+    """A note's fields as its markdown cell's metadata keeps them: its checkpoint and where the session's branches
+    went (a trial's fork notebook, the notebook a kept trial goes on in or came from; read back as untrusted)."""
+    forks = record.get("forks")
+    return {"kind": record["event"], "checkpoint": str(record.get("checkpoint", ""))[:64],
+            **{key: str(record[key])[:200] for key in ("notebook", "continued_in", "continued_from") if key in record},
+            **({"forks": forks} if isinstance(forks, int) and not isinstance(forks, bool) else {})}
 
 
 def restart_note(record: dict[str, Any]) -> str:
@@ -124,7 +140,10 @@ class Reducer:
                                        "variables_gone": record.get("variables_gone")})
         if event in LIVE_EVENTS:
             return self.markdown_cell(f"{event}-{record['seq']}", live_note(record), record["time"],
-                                      {"kind": event, "checkpoint": str(record.get("checkpoint", ""))[:64]})
+                                      branch_extra(record))
+        if event == "session-ended" and "continued_in" in record:  # the branch a kept trial goes on in
+            return self.markdown_cell(f"{event}-{record['seq']}", ended_note(record), record["time"],
+                                      branch_extra(record))
         if event in FILE_EVENTS:
             return self.markdown_cell(f"file-{record['seq']}", file_note(record), record["time"], file_extra(record))
         if event == "cell-sent":
@@ -195,4 +214,5 @@ class Reducer:
         return render.notebook(self, journal_name)
 
 
-__all__ = ["CELL_EVENTS", "FILE_EVENTS", "Reducer", "file_note", "restart_note"]
+__all__ = ["CELL_EVENTS", "FILE_EVENTS", "LIVE_EVENTS", "Reducer", "branch_extra", "ended_note", "file_note", "live_note",
+           "restart_note"]

@@ -34,6 +34,25 @@ class Restart:
         return self.reason == "memory"
 
 
+# The notes the record keeps where its session was paused, resumed, forked, tried or continued elsewhere
+# (``audit.reducer.LIVE_EVENTS``, and ``session-ended`` naming where a kept trial goes on; a test keeps them equal).
+NOTE_KINDS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded",
+              "session-continued", "session-ended")
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note of the session's branches, between code cell ``after`` (0: before the first) and the next: the text
+    the audit notebook shows (``audit.reducer.live_note``) and the notebooks it names (where a branch went)."""
+
+    after: int
+    kind: str
+    text: str
+    checkpoint: str
+    notebooks: tuple[str, ...]  # a trial's fork, the notebook a kept trial goes on in (or came from)
+    forks: int | None  # how many sessions a fork made (None: a pool's, or not recorded)
+
+
 @dataclass
 class CellView:
     number: int  # 1-based, among the run's code (and direct) cells: what `show --cell N` names
@@ -71,6 +90,8 @@ class RunView:
     meta: dict[str, Any]  # metadata.cellgate
     cells: list[CellView]
     restarts: list[Restart]
+    notes: list[Note] = field(default_factory=list)
+    marks: list[Restart | Note] = field(default_factory=list)  # the restarts and notes in the order recorded
 
     @property
     def started(self) -> datetime | None:
@@ -141,6 +162,8 @@ def read_run(nb: Mapping[str, Any], name: str) -> RunView:
     """The run of an nbformat 4 notebook (as JSON, or nbformat's own nodes) with cellgate metadata."""
     cells: list[CellView] = []
     restarts: list[Restart] = []
+    notes: list[Note] = []
+    marks: list[Restart | Note] = []
     for raw in as_list(nb.get("cells")):
         cell = as_dict(raw)
         meta = as_dict(as_dict(cell.get("metadata")).get("cellgate"))
@@ -148,6 +171,15 @@ def read_run(nb: Mapping[str, Any], name: str) -> RunView:
             gone = meta.get("variables_gone")
             restarts.append(Restart(len(cells), text_of(meta.get("reason")) or "?",
                                     [text_of(v) for v in gone] if isinstance(gone, list) else None))
+            marks.append(restarts[-1])
+        if cell.get("cell_type") == "markdown" and meta.get("kind") in NOTE_KINDS:
+            forks = meta.get("forks")
+            notes.append(Note(len(cells), str(meta["kind"]), source_of(cell).replace("**", ""),
+                              text_of(meta.get("checkpoint")),
+                              tuple(text_of(meta.get(k)) for k in ("notebook", "continued_in", "continued_from")
+                                    if text_of(meta.get(k))),
+                              forks if isinstance(forks, int) and not isinstance(forks, bool) else None))
+            marks.append(notes[-1])
         if cell.get("cell_type") != "code":
             continue
         cells.append(CellView(
@@ -157,7 +189,7 @@ def read_run(nb: Mapping[str, Any], name: str) -> RunView:
             calls=[as_dict(c) for c in as_list(meta.get("calls"))],
             late_outputs=[as_dict(o) for o in as_list(meta.get("late_outputs"))],
             limits_hit=[text_of(x) for x in as_list(meta.get("limits_hit"))], meta=meta))
-    return RunView(name, as_dict(as_dict(nb.get("metadata")).get("cellgate")), cells, restarts)
+    return RunView(name, as_dict(as_dict(nb.get("metadata")).get("cellgate")), cells, restarts, notes, marks)
 
 
-__all__ = ["CellView", "Restart", "RunView", "read_run", "source_of", "title"]
+__all__ = ["NOTE_KINDS", "CellView", "Note", "Restart", "RunView", "read_run", "source_of", "title"]

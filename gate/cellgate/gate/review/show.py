@@ -20,10 +20,42 @@ from cellgate.gate._terminal import head_and_tail, reveal, value_text
 from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.audit.calls_view import claims_text
 from cellgate.gate.audit.notebook_file import notebook_json
-from cellgate.gate.review.run_view import CellView, Restart, RunView, read_run
+from cellgate.gate.review.run_view import CellView, Note, Restart, RunView, read_run
 
 CALLS_SHOWN = 10  # calls listed per cell unless --calls says otherwise
 FORMAT = "cellgate.show/1"
+
+
+NOTE_LABELS = {"session-paused": "paused", "session-resumed": "resumed", "session-forked": "forked",
+               "trial-kept": "trial kept", "trial-discarded": "trial discarded", "session-continued": "continued",
+               "session-ended": "goes on"}
+SIBLINGS_READ = 200  # notebooks beside this one read to find a fork's, at most
+
+
+def fork_notebooks(path: Path, checkpoint: str) -> list[str]:
+    """The notebooks beside ``path`` that say they were forked from its checkpoint ``checkpoint``
+    (``metadata.cellgate.forked_from``): where a fork's sessions went. Each is read as any notebook ``show`` reads
+    (a regular file, with a cap); one that is not a readable audit notebook is passed over."""
+    if not checkpoint:
+        return []
+    found = []
+    try:
+        siblings = sorted(p for p in path.parent.glob("*.ipynb") if p.name != path.name)[:SIBLINGS_READ]
+    except OSError:
+        return []
+    for sibling in siblings:
+        try:
+            meta = cs.as_dict(cs.as_dict(notebook_json(sibling).get("metadata")).get("cellgate"))
+        except (ConfigError, OSError):
+            continue
+        if cs.as_dict(meta.get("forked_from")).get("checkpoint") == checkpoint:
+            found.append(sibling.name)
+    return found
+
+
+def where_to(note: Note, path: Path) -> tuple[str, ...]:
+    """The notebooks a note's branch went to: a fork's found beside this one, else those the note names."""
+    return tuple(fork_notebooks(path, note.checkpoint)) if note.kind == "session-forked" else note.notebooks
 
 
 STATUS_STYLE = {"ok": "green", "error": "red", "interrupted": "yellow", "timeout": "red", "killed": "bold red",
@@ -97,22 +129,25 @@ class _Printer:
             self.line(f"principal: {_field(run.principal, 300)}")
         if run.trace_id is not None:
             self.line(f"trace: {run.trace_id} (OpenTelemetry)")
+        forked = cs.as_dict(run.meta.get("forked_from"))
+        if forked:
+            number, of = forked.get("fork"), forked.get("of")
+            self.line(f"forked from {_field(Path(cs.text_of(forked.get('notebook')) or '?').name, 300)}"
+                      + (f" (fork {number} of {of})" if isinstance(number, int) and isinstance(of, int) else ""))
         if run.meta.get("replay_of"):
             self.line(f"replay of {_field(cs.as_dict(run.meta['replay_of']).get('notebook'), 500)}")
         self.line(f"run: {cs.format_time(run.started)} to {cs.format_time(run.ended)} "
                   f"({cs.format_duration(run.seconds)}; the first cell's start to the last cell's end)")
 
-    def cells_table(self, run: RunView) -> None:
+    def cells_table(self, run: RunView, path: Path) -> None:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # no column rules: the program keeps its room in 80 columns
         table.add_column("#", justify="right")
         table.add_column("status", overflow="fold", max_width=12)
         for column in ("started", "took", "calls"):
             table.add_column(column)
         table.add_column("program", min_width=30, overflow="fold")
-        restarts = {r.after: r for r in run.restarts}
         for cell in run.cells:
-            if cell.number - 1 in restarts:
-                self._restart_row(table, restarts[cell.number - 1])
+            self._marks(table, run, cell.number - 1, path)
             status = _field(cell.status, 40)
             late = ", ".join(f"{n} late {what}{'s' if n > 1 else ''}" for n, what in (
                 (len(cell.late_outputs), "output"), (len(cell.late_calls), "call")) if n)
@@ -122,9 +157,27 @@ class _Printer:
             table.add_row(str(cell.number), Text(status, STATUS_STYLE.get(status, "white")),
                           cs.format_time(cell.started, date=False), cs.format_duration(cell.seconds),
                           str(len(cell.calls)), program)
-        if len(run.cells) in restarts:
-            self._restart_row(table, restarts[len(run.cells)])
+        self._marks(table, run, len(run.cells), path)
         self.console.print(table)
+
+    def _marks(self, table: Table, run: RunView, after: int, path: Path) -> None:
+        """The restarts and branch notes recorded after code cell ``after``, in their order."""
+        for mark in run.marks:
+            if mark.after != after:
+                continue
+            if isinstance(mark, Restart):
+                self._restart_row(table, mark)
+            else:
+                self._note_row(table, mark, path)
+
+    @staticmethod
+    def _note_row(table: Table, note: Note, path: Path) -> None:
+        text = Text(_field(note.text, 400))
+        if note.kind == "session-forked":
+            went = where_to(note, path)
+            text.append("\nforks: " + (", ".join(_field(name, 200) for name in went) if went else
+                                        "no fork's notebook found beside this one"), "cyan")
+        table.add_row("", Text(NOTE_LABELS.get(note.kind, note.kind), "cyan"), "", "", "", text)
 
     @staticmethod
     def _restart_row(table: Table, restart: Restart) -> None:
@@ -221,15 +274,19 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
     chosen = select_cell(run, cell)
     printer.header(run, path)
     if chosen is not None:
-        before = [r for r in run.restarts if r.after == chosen.number - 1]
-        for restart in before:
-            printer.line(("kernel restarted", "bold red" if restart.memory else "yellow"),
-                         f" ({_field(restart.reason, 40)}) before this cell")
+        for mark in run.marks:
+            if mark.after != chosen.number - 1:
+                continue
+            if isinstance(mark, Restart):
+                printer.line(("kernel restarted", "bold red" if mark.memory else "yellow"),
+                             f" ({_field(mark.reason, 40)}) before this cell")
+            else:
+                printer.line((NOTE_LABELS.get(mark.kind, mark.kind), "cyan"), f" before this cell: {_field(mark.text, 400)}")
         printer.cell_details(chosen, calls, program=True)
         if chosen.calls:
             printer.console.print(_tool_table(chosen.calls))
         return int(chosen.status != "ok")
-    printer.cells_table(run)
+    printer.cells_table(run, path)
     for each in run.cells:
         if each.error or each.calls or each.late_outputs:
             printer.cell_details(each, calls, program=False)
@@ -238,5 +295,5 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
     return sum(each.status != "ok" for each in run.cells)
 
 
-__all__ = ["CALLS_SHOWN", "approval_text", "calls_listed",
+__all__ = ["CALLS_SHOWN", "NOTE_LABELS", "approval_text", "calls_listed", "fork_notebooks", "where_to",
            "read", "select_cell", "show"]

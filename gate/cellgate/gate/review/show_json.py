@@ -7,6 +7,9 @@
      "totals": {"cells", "not_ok", "calls", "by_outcome": {outcome: n}, "by_decision": {decision: n},
                 "by_tool": [{"tool", "calls", "failed", "outcomes": {outcome: n}, "total_ms", "max_ms"}]},
      "restarts": [{"after_cell", "reason", "variables_gone"}],
+     "notes": [{"after_cell", "kind", "text", "checkpoint", "notebooks", "forks"}],  # paused, resumed, forked,
+                      # trial kept or discarded, continued: "notebooks" are where the branch went (a fork's: the
+                      # notebooks beside this one forked from its checkpoint) or came from
      "cells": [{"cell", "kind", "status", "title", "started", "ended", "seconds", "limits_hit",
                 "error": {"ename", "evalue"} | null, "late_outputs", "late_calls",
                 "calls_total", "calls_left_out", "calls": [CALL, ...]}],
@@ -34,7 +37,7 @@ from typing import Any
 from cellgate.gate._terminal import head_and_tail, value_text
 from cellgate.gate.audit import call_summary as cs
 from cellgate.gate.review.run_view import CellView
-from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, read, select_cell
+from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, read, select_cell, where_to
 
 FORMAT = "cellgate.show/1"
 USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -114,6 +117,10 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
                       "variables_gone": None if r.variables_gone is None else [head_and_tail(v, 100) for v in
                                                                                 r.variables_gone[:200]]}
                      for r in run.restarts],
+        "notes": [{"after_cell": n.after, "kind": head_and_tail(n.kind, 40), "text": head_and_tail(n.text, 600),
+                   "checkpoint": head_and_tail(n.checkpoint, 64),
+                   "notebooks": [head_and_tail(name, 300) for name in where_to(n, path)], "forks": n.forks}
+                  for n in run.notes],
         "cells": [_cell_json(c, calls) for c in ([chosen] if chosen is not None else run.cells)],
         "agent": None if not agent else {
             "model": _string(agent.get("model")), "mode": _string(agent.get("mode")),
