@@ -94,6 +94,7 @@ async def _exec(args: argparse.Namespace) -> int:
     programs = [(name, _read_program(name)) for name in args.programs]
     inputs, outputs = exec_files.moves(args.input, "--input"), exec_files.moves(args.output, "--output")
     exec_files.check_inputs(inputs)  # before a sandbox starts
+    exec_files.check_outputs(outputs, args.checkpoint)
     overrides: dict[str, Any] = {}
     if args.timeout:
         overrides["cell_timeout"] = args.timeout
@@ -120,13 +121,15 @@ async def _exec(args: argparse.Namespace) -> int:
             else:
                 result = await session.execute(code, on_output=print_output)  # printed as they come
             if not result.ok:
-                say(err, (f"cell {name} ended with status {result.status}", "red"),
+                say(err, (f"{'trial' if args.trial else 'cell'} {name} ended with status {result.status}", "red"),
                     f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "",
                     why_it_ended(result))
                 failed += 1
-                break
+                if not args.trial:  # the next program would run on a kernel this one left half-done
+                    break  # a discarded trial left the session as it was: the next program is tried from there
         if outputs and failed:
-            say(err, ("no --output fetched: a cell failed (the files stay in the sandbox until it ends)", "red"))
+            say(err, (f"no --output fetched: {'a trial was discarded' if args.trial else 'a cell failed'} (the files "
+                      "stay in the sandbox until it ends)", "red"))
         elif outputs:
             for line in await exec_files.download_outputs(session, outputs):
                 say(err, (line, "dim"))
@@ -137,7 +140,14 @@ async def _exec(args: argparse.Namespace) -> int:
 
 
 def _add_exec(sub: Any) -> None:
-    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session")
+    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session",
+                       description="Run each PROGRAM as a cell of one gVisor-sandboxed session, in order, recording "
+                       "every cell and tool call in an audit notebook. exec stops at the first program that fails "
+                       "(an exception, a timeout, a limit): the programs after it do not run, and the exit status "
+                       "is 1. With --trial each program is tried in a fork instead: a failed one is discarded and "
+                       "exec goes on with the next program from the session as it was; the exit status is 1 if any "
+                       "trial was discarded. Every path exec writes (--output's folders, --checkpoint's new folder) "
+                       "is checked before the sandbox starts.")
     p.add_argument("programs", nargs="+", metavar="PROGRAM", help="a Python file per cell, or - for stdin")
     p.add_argument("--config", help="cellgate.toml (default: $CELLGATE_CONFIG, then ./cellgate.toml)")
     p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py", help="Python files whose functions are tools")
@@ -154,12 +164,14 @@ def _add_exec(sub: Any) -> None:
                         "on this host; default its name here); recorded by sha256; repeat for more")
 
     p.add_argument("--checkpoint", metavar="DIR", help="at the end, pause the session into the new folder DIR "
-                   "(its kernel saved with its variables) instead of ending it")
+                   "(its kernel saved with its variables) instead of ending it; DIR must not exist and its folder "
+                   "must be writable (checked before the sandbox starts)")
     p.add_argument("--resume", metavar="DIR", help="go on from a session paused with --checkpoint (or "
                    "Session.checkpoint): its notebook continues, its variables are there; give the same --config "
                    "and --tools")
     p.add_argument("--trial", action="store_true", help="run each program in a fork of the session: kept if it "
-                   "succeeds, discarded (the session as it was) if not; the record says which")
+                   "succeeds, discarded (the session as it was) if not, and exec goes on with the next program; "
+                   "the record says which; exit status 1 if any trial was discarded (and no --output is fetched)")
 
     def run(a: argparse.Namespace) -> int:
         import asyncio

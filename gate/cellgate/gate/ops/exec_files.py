@@ -5,7 +5,8 @@ They go through the session's ``upload`` and ``download``: each is recorded by s
 blob of the record (``cellgate replay`` puts the inputs back), and none is larger than ``[sandbox]
 file_limit_mb``: every input is checked before the first is sent, and read only up to the limit. A host path
 with ``:`` in its name cannot be given (the colon starts DEST). An output is written whole or not at all (a
-temporary file beside it, then renamed; mode 0600).
+temporary file beside it, then renamed; mode 0600). Every path written (each output's folder, ``--checkpoint``'s new
+folder) is checked before the sandbox starts; the notebook's is checked when the session opens it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,33 @@ def check_inputs(inputs: list[Move]) -> None:
         if not stat.S_ISREG(mode):
             raise ConfigError(f"--input {move.source!r} is not a regular file (a pipe or a device); copy what it "
                               "holds to a file and upload that")
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    if not folder.is_dir():
+        raise ConfigError(f"{what}: the folder {str(folder)!r} does not exist; make it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: the folder {str(folder)!r} is not writable by this user; choose another place")
+
+
+def check_outputs(outputs: list[Move], checkpoint: str | None) -> None:
+    """Before any sandbox starts (a run's cells and its kernel's state are not lost to a path refused at the end):
+    each ``--output`` goes into a folder that exists and this user may write, and ``--checkpoint DIR`` is a new
+    folder (``session.live.new_folder`` refuses an existing path) in such a folder."""
+    for move in outputs:
+        target = Path(move.dest)
+        if target.is_dir():
+            _writable_folder(target, f"--output destination {move.dest!r}")
+        elif move.dest.endswith("/"):
+            raise ConfigError(f"--output destination {move.dest!r} names a folder that does not exist; make it first")
+        else:
+            _writable_folder(target.absolute().parent, f"--output destination {move.dest!r}")
+    if checkpoint is not None:
+        folder = Path(checkpoint).expanduser().absolute()
+        if os.path.lexists(folder):
+            raise ConfigError(f"--checkpoint {checkpoint!r} exists; a checkpoint is written only into a new folder: "
+                              "choose another path or remove that one")
+        _writable_folder(folder.parent, f"--checkpoint {checkpoint!r}")
 
 
 def _over(path: str, size: int, limit: int) -> ConfigError:
