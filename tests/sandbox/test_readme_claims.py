@@ -146,7 +146,7 @@ def test_a_restart_with_changed_tools_starts_a_new_notebook_naming_the_previous_
     assert [c.source for c in new.cells if c.cell_type == "code"] == ["print(tools.second())"]
     link = new.metadata.cellgate.previous_notebook
     assert link["path"] == str(first) and link["restart"] == "frontend", link
-    assert link["not_continued"] == "the session's setup changed: tools.manifest_sha256", link
+    assert link["not_continued"] == "the session's setup changed: tools (the record's: first; now: first, second)", link
     assert "previous_notebook" not in old.metadata.cellgate
 
 

@@ -15,6 +15,7 @@ the caller starts a new notebook that names the previous one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,17 +69,76 @@ def read_previous(notebook: Path) -> Previous:
 
 
 def setup_changes(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Which parts of the session's setup differ between two records' metadata."""
+    """Which parts of the session's setup differ between two records' metadata, each said as a person reads it:
+    ``tools (the record's: add, echo; now: echo)``, ``policy (max_calls_per_session: 100 -> 5)``."""
     changed = []
     for path in SETUP:
-        before: Any = previous
-        after: Any = current
-        for part in path:
-            before = before.get(part) if isinstance(before, dict) else None
-            after = after.get(part) if isinstance(after, dict) else None
-        if before != after:
-            changed.append(".".join(path))
+        if _at(previous, path) != _at(current, path):
+            part = path[0]
+            before, after = _at(previous, (part,)), _at(current, (part,))
+            said = _tools_change(before, after) if part == "tools" else _keys_change(part, before, after)
+            changed.append(f"{part} ({said})" if said else ".".join(path))
     return changed
+
+
+def _at(metadata: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        metadata = metadata.get(part) if isinstance(metadata, dict) else None
+    return metadata
+
+
+def _names(value: Any, key: str) -> str:
+    """The record's tool names (``manifest``) or sources, as one short list."""
+    found = value.get(key) if isinstance(value, dict) else None
+    entries = found if isinstance(found, list) else []
+    names = [str(e.get("name")) if isinstance(e, dict) else str(e) for e in entries]
+    return _short(", ".join(sorted(names) if key == "manifest" else names) or "none")
+
+
+def _tools_change(before: Any, after: Any) -> str:
+    said = [f"the record's: {_names(before, 'manifest')}; now: {_names(after, 'manifest')}"]
+    if _names(before, "manifest") == _names(after, "manifest"):  # the same names: which tools' signatures differ
+        old, new = ({str(e.get("name")): e for e in _at(v, ("manifest",)) or [] if isinstance(e, dict)}
+                    for v in (before, after))
+        differ = sorted(name for name in old if old[name] != new.get(name))
+        said = [f"{_short(', '.join(differ))}: another description, parameters or result"] if differ else []
+    if _at(before, ("sources",)) != _at(after, ("sources",)):
+        said.append(f"from the record's sources: {_names(before, 'sources')}; now: {_names(after, 'sources')}")
+    return "; ".join(said)
+
+
+def _keys_change(part: str, before: Any, after: Any) -> str:
+    """The keys that differ, each with its value in the record and now (the policy's: under its ``policy``)."""
+    if part == "policy":
+        before, after = _at(before, ("policy",)), _at(after, ("policy",))
+    differ = _differences(before, after, "")
+    said = [f"{key or part}: {_value(old)} -> {_value(new)}" for key, old, new in differ[:MAX_KEYS_SAID]]
+    if len(differ) > MAX_KEYS_SAID:
+        said.append(f"and {len(differ) - MAX_KEYS_SAID} more")
+    return "; ".join(said)
+
+
+MAX_KEYS_SAID = 6  # of a changed policy or sandbox: the message stays a line or two
+_ABSENT = object()
+
+
+def _differences(before: Any, after: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, the record's value, the current one)`` for each that differs, in key order; a mapping on both
+    sides is compared key by key (``limits.memory_mb``), anything else whole."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return [] if before == after else [(prefix, before, after)]
+    found = []
+    for key in sorted(before.keys() | after.keys(), key=str):
+        found += _differences(before.get(key, _ABSENT), after.get(key, _ABSENT), f"{prefix}.{key}" if prefix else key)
+    return found
+
+
+def _value(value: Any) -> str:
+    return "(unset)" if value is _ABSENT else _short(json.dumps(value, sort_keys=True, default=str), 60)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"
 
 
 def resume(previous: Previous, reason: str, recorder_type: type[R],
