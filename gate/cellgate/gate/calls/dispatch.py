@@ -47,7 +47,7 @@ from cellgate.gate.calls.lineage import BudgetRefused, Lineage
 from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
 from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate, lineage_budgets
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
-from cellgate.gate.calls.record import CallRecord, Secret, split_secrets
+from cellgate.gate.calls.record import CallRecord, Secret, conversions, split_secrets
 from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, Tool, ToolRegistry, with_defaults
 from cellgate.gate.calls.scrubber import SecretScrubber
@@ -337,6 +337,7 @@ class Dispatcher:
             except (TypeError, ValueError):  # anything else converted first (NaN and the like then refused)
                 converted = pydantic_core.to_jsonable_python(plain)
                 encoded = canonical_json(converted).encode()
+                record.converted = conversions(plain, converted) or None  # the record says what the cell got
         except Exception as exc:
             raise CallFailed("failed", f"tool {tool.name!r} returned a value that is not JSON: {exc}") from None
         size = len(encoded)  # (within a few bytes of the canonical size: exponents are spelled apart)

@@ -106,6 +106,9 @@ class CallRecord:
     args_sha256: str = ""
     idempotency_key: str | None = None
     trace: dict[str, str] | None = None  # the call's trace and span id, when a session's observer traces it
+    # Where the result held a value JSON has no type for, and what the kernel got instead ("result.when: datetime
+    # -> str"; ``conversions``): the cell's value is not the tool's, and the record says so.
+    converted: list[str] | None = None
     # ``result``'s canonical JSON, made once by the gate: what its digest is of and its blob holds (never itself
     # a field of the record: the journal and the notebook hold the value, inline or as the blob).
     result_text: str | None = field(default=None, repr=False, compare=False)
@@ -120,7 +123,7 @@ class CallRecord:
             "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
             "duration_ms": round(self.duration_ms, 3),
         }
-        for key in ("approval", "counters", "idempotency_key", "trace"):
+        for key in ("approval", "counters", "idempotency_key", "trace", "converted"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
         claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),
@@ -138,3 +141,63 @@ class CallRecord:
         else:
             entry["error"] = self.error
         return entry
+
+
+MAX_CONVERSIONS_SAID = 10
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def conversions(value: Any, converted: Any, where: str = "result") -> list[str]:
+    """Each place in ``value`` (a tool's result) that its JSON form ``converted`` holds as another type:
+    ``["result.when: datetime -> str", "result.tags: set -> list"]``, at most ``MAX_CONVERSIONS_SAID`` and a count
+    of the rest. A dict, list or tuple is walked; anything else converted is said once, not walked into."""
+    said: list[str] = []
+    more = 0
+    pending: list[tuple[str, Any, Any]] = [(where, value, converted)]
+    seen: set[int] = set()
+    while pending:
+        path, item, made = pending.pop()
+        if isinstance(item, _JSON_SCALARS):  # a Secret too: a str
+            continue
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict) and isinstance(made, dict):
+                keys = [k for k in item if not isinstance(k, str)]
+                if keys:
+                    more += _note(said, f"{path}: {_kinds(keys)} keys -> str")
+                children = [(f"{path}.{_short_key(k)}", v, made.get(k if isinstance(k, str) else str(k)))
+                            for k, v in item.items()]
+            elif isinstance(made, list):
+                children = [(f"{path}[{i}]", v, m) for i, (v, m) in enumerate(zip(item, made))]
+            else:
+                continue
+            pending.extend(reversed(children))  # in the result's order
+            continue
+        more += _note(said, f"{path}: {type(item).__name__} -> {_json_kind(made)}")
+    if more:
+        said.append(f"and {more} more")
+    return said
+
+
+def _note(said: list[str], line: str) -> int:
+    """Add ``line`` while there is room; 1 if it is counted instead."""
+    if len(said) < MAX_CONVERSIONS_SAID:
+        said.append(line[:200])
+        return 0
+    return 1
+
+
+def _kinds(keys: list[Any]) -> str:
+    return "/".join(sorted({type(k).__name__ for k in keys}))
+
+
+def _short_key(key: Any) -> str:
+    text = key if isinstance(key, str) else str(key)
+    return text if len(text) <= 40 else f"{text[:39]}…"
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
+        type(value), "null" if value is None else type(value).__name__)
