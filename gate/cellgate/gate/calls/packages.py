@@ -162,8 +162,8 @@ class PackageInstaller:
             raise PackageRefused("pip fetched something other than a wheel: nothing was installed")
         total = sum(f.stat().st_size for f in files)
         if total > self.max_bytes:
-            raise PackageRefused(f"the wheels come to {total >> 20} MB, over [packages] max_mb = "
-                                 f"{self.max_bytes >> 20}: nothing was installed")
+            raise PackageRefused(f"the wheels come to {total:,} bytes, over [packages] max_mb = "
+                                 f"{self.max_bytes >> 20} ({self.max_bytes:,} bytes): nothing was installed")
         return files
 
     def _check(self, wheel: Path) -> dict[str, str]:
