@@ -189,8 +189,9 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
     for key in ("base_dir", "source"):  # set from where the file is, never by it
         if key in data:
             raise ConfigError(f"{path}: unknown key {key!r}; remove it")
+    model = settings_type()
     try:
-        return settings_type()(**data, base_dir=str(path.parent), source=str(path))
+        return model(**data, base_dir=str(path.parent), source=str(path))
     except ValidationError as exc:
         text = path.read_text()
 
@@ -198,7 +199,7 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
             line = locate(text, list(loc))
             return f"{path}:{line}" if line else str(path)
 
-        raise ConfigError("\n".join(validation_problems(exc, where))) from None
+        raise ConfigError("\n".join(validation_problems(exc, where, model))) from None
 
 
 def locate(text: str, loc: list[Any]) -> int | None:

@@ -14,7 +14,9 @@ def add_parser(sub: Any) -> None:
     serve = actions.add_parser("serve", help="serve execute_python, search_tools and describe_tool over MCP")
     serve.add_argument("--config", help="cellgate.toml (tools, MCP servers behind it, policy, sandbox)")
     serve.add_argument("--tools", nargs="+", default=[], metavar="FILE", help="Python files whose functions are tools")
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                       help="stdio: one client, the process that started this one (the default); http: clients "
+                       "connect to --host and --port (streamable HTTP)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="http: the address to listen on (other than loopback only with [mcp.auth])")
     serve.add_argument("--port", type=int, default=8000, help="http: the port (the endpoint is /mcp)")
@@ -23,7 +25,11 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--certfile", help="http: serve HTTPS with this PEM certificate (chain); needs --keyfile")
     serve.add_argument("--keyfile", help="http: the PEM private key of --certfile")
     serve.add_argument("--max-sessions", type=int, default=8, help="sandboxed sessions at once")
-    serve.add_argument("--idle-timeout", type=float, default=1800, help="seconds before an unused session ends")
+    serve.add_argument("--idle-timeout", type=float, default=1800,
+                       help="seconds after its last call that a session ends for good: its sandbox is stopped, its "
+                       "handle no longer works, and a paused one's checkpoint is deleted (default 1800). Not [mcp] "
+                       "idle_pause, which (if set, and below this) pauses an unused session into a checkpoint "
+                       "sooner, freeing its sandbox, and the next call resumes it with its variables")
     serve.add_argument("--isolation", choices=("gvisor", "none"), help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 

@@ -140,7 +140,8 @@ async def _exec(args: argparse.Namespace) -> int:
 
 
 def _add_exec(sub: Any) -> None:
-    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session",
+    p = sub.add_parser("exec", help="run program files as cells of one sandboxed session (stops at the first that "
+                       "fails)",
                        description="Run each PROGRAM as a cell of one gVisor-sandboxed session, in order, recording "
                        "every cell and tool call in an audit notebook. exec stops at the first program that fails "
                        "(an exception, a timeout, a limit): the programs after it do not run, and the exit status "
@@ -151,7 +152,8 @@ def _add_exec(sub: Any) -> None:
     p.add_argument("programs", nargs="+", metavar="PROGRAM", help="a Python file per cell, or - for stdin")
     p.add_argument("--config", help="cellgate.toml (default: $CELLGATE_CONFIG, then ./cellgate.toml)")
     p.add_argument("--tools", nargs="+", default=[], metavar="MODULE.py", help="Python files whose functions are tools")
-    p.add_argument("--notebook", help="where to write the audit notebook")
+    p.add_argument("--notebook", help="where to write the audit notebook (a new file; default: a new one in "
+                   "[audit] dir)")
     p.add_argument("--isolation", choices=["gvisor", "none"],
                    help="none runs WITHOUT a sandbox: development only, recorded in the notebook")
     p.add_argument("--timeout", type=float, help="wall-clock limit per cell, in seconds")
@@ -182,7 +184,10 @@ def _add_exec(sub: Any) -> None:
 
 
 def _add_install(sub: Any) -> None:
-    p = sub.add_parser("install", help="install the cellgate kernelspec for Jupyter frontends")
+    p = sub.add_parser("install", help="install the cellgate kernelspec for Jupyter frontends",
+                       description="Install the 'cellgate' kernelspec, so that Jupyter frontends (JupyterLab, "
+                       "notebook, VS Code) start cellgate's sandboxed kernel; it also makes this host's key, which "
+                       "signs audit records, if there is none yet.")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (the default)")
@@ -205,11 +210,19 @@ def _add_install(sub: Any) -> None:
 
 
 def _add_doctor(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="check (and with --fix, install) what cellgate needs")
-    p.add_argument("--fix", action="store_true", help="install gVisor's runsc through apt (needs root)")
-    p.add_argument("--clean", action="store_true", help="remove sandboxes left behind by crashed sessions")
+    p = sub.add_parser("doctor", help="check (and with --fix, install) what cellgate needs",
+                       description="Check what cellgate needs (runsc and its platform, cgroups or user namespaces, "
+                       "the limits enforced, the default sandbox image) and run one cell in a real sandbox that "
+                       "calls a gated tool.")
+    p.add_argument("--fix", action="store_true", help="as root: install gVisor's runsc (Debian's package through "
+                   "apt, plus the newer static build), and build the default sandbox image if it is missing or "
+                   "was built for another cellgate; then check as without --fix")
+    p.add_argument("--clean", action="store_true", help="remove sandboxes left behind by crashed sessions, the "
+                   "local backend's snapshot images, and approval requests of sessions that are gone")
     p.add_argument("--backend", default="local", metavar="NAME",
-                   help="with --clean: the sandbox backend whose leftovers to remove (default: local)")
+                   help="with --clean: the sandbox backend whose leftovers to remove: local (this host's runsc, "
+                   "the default) or kubernetes, or a backend a package registers (entry point group "
+                   "cellgate.sandbox_backends)")
 
     def run(a: argparse.Namespace) -> int:
         from cellgate.gate.ops.doctor import doctor
@@ -220,7 +233,8 @@ def _add_doctor(sub: Any) -> None:
 
 
 def _add_policy(sub: Any) -> None:
-    p = sub.add_parser("policy", help="check a policy")
+    p = sub.add_parser("policy", help="check a policy", description="Check a cellgate.toml's policy against the "
+                       "tools it configures.")
     actions = p.add_subparsers(dest="action", required=True)
     check = actions.add_parser("check", help="validate cellgate.toml and print the effective decision table")
     check.add_argument("config", help="the cellgate.toml to check")
@@ -266,15 +280,17 @@ def _add_policy(sub: Any) -> None:
 
 
 def _add_approvals(sub: Any) -> None:
-    p = sub.add_parser("approvals", help="list and answer queued approval requests (approver = queue)")
+    p = sub.add_parser("approvals", help="list and answer queued approval requests (approver = queue)",
+                       description="List, show and answer the approval requests of sessions whose policy's "
+                       "approver is the queue.")
     actions = p.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="pending requests")
     show = actions.add_parser("show", help="one pending request with its complete arguments and their digest")
-    show.add_argument("id")
+    show.add_argument("id", help="the request's id, as `cellgate approvals list` prints it")
     for verb in ("approve", "deny"):
         answer = actions.add_parser(verb, help=f"{verb} one pending request")
-        answer.add_argument("id")
-        answer.add_argument("--reason", default="")
+        answer.add_argument("id", help="the request's id, as `cellgate approvals list` prints it")
+        answer.add_argument("--reason", default="", help="why, recorded with the answer in the audit notebook")
 
     def run(a: argparse.Namespace) -> int:
         from rich.console import Console
@@ -306,7 +322,11 @@ def _add_approvals(sub: Any) -> None:
 
 
 def _add_audit(sub: Any) -> None:
-    recover = sub.add_parser("recover", help="rebuild the audit notebook from its journal after a crash")
+    recover = sub.add_parser("recover", help="rebuild the audit notebook from its journal after a crash",
+                             description="Rebuild the audit notebook from its journal (the durable record) after "
+                             "a crash: a cell that never ended is marked killed, a call whose outcome was never "
+                             "recorded needs reconciliation; approval requests of the crashed session are "
+                             "withdrawn.")
     recover.add_argument("journal", help="the <name>.journal.jsonl file")
     recover.add_argument("-o", "--output", help="where to write the notebook (default: beside the journal)")
 
@@ -329,8 +349,11 @@ def _add_audit(sub: Any) -> None:
 
     recover.set_defaults(run=run_recover)
 
-    verify = sub.add_parser("verify", help="check an audit notebook against its journal and hash chain")
-    verify.add_argument("notebook")
+    verify = sub.add_parser("verify", help="check an audit notebook against its journal and hash chain",
+                            description="Check that an audit notebook is what its journal records (rebuilt from "
+                            "it and compared), that the journal's hash chain is whole and each record signed with "
+                            "this host's key, and that each result blob matches its sha256; exit status 1 if not.")
+    verify.add_argument("notebook", help="the audit notebook (.ipynb); its journal is the .journal.jsonl beside it")
 
     def run_verify(a: argparse.Namespace) -> int:
         from cellgate.gate.audit.verify import check_run
@@ -352,7 +375,9 @@ def _add_audit(sub: Any) -> None:
 
 
 def _add_replay(sub: Any) -> None:
-    p = sub.add_parser("replay", help="rerun a recorded run with its recorded tool results")
+    p = sub.add_parser("replay", help="rerun a recorded run with its recorded tool results",
+                       description="Rerun a recorded run's cells in a new sandbox, each tool call answered with "
+                       "its recorded result (unless --live), and say whether each cell did what it did then.")
     p.add_argument("notebook", help="the audit notebook of the run")
     p.add_argument("--live", nargs="+", default=[], metavar="TOOL",
                    help="send these tools to the real gate (policy and approvals apply)")
@@ -424,10 +449,56 @@ def _stdout_to_devnull() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def main(argv: list[str] | None = None) -> int:
-    defer_slow_imports()
-    parser = argparse.ArgumentParser(prog="cellgate", description="A Jupyter kernel for AI agents: "
-                                     "gVisor-sandboxed, every tool call gated, every cell recorded.")
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose ``--help`` opens with a description: their own, or their one-line help as a sentence."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        said = kwargs.get("help")
+        if not kwargs.get("description") and isinstance(said, str) and said != argparse.SUPPRESS:
+            kwargs["description"] = said[:1].upper() + said[1:] + ("" if said.endswith(".") else ".")
+        return super().add_parser(name, **kwargs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command line's parsers (a subcommand's too). On the top one an error's usage line lists every command,
+    the extensions' too (``cellgate mcp``, ``run``), which are loaded only then (or for --help): a built-in command
+    does not pay for finding them."""
+
+    commands: Any = None  # the subparsers action of the top parser, set by ``_build``
+    extended = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
+
+    def add_extensions(self) -> None:
+        if self.extended or self.commands is None:
+            return
+        self.extended = True
+        from importlib.metadata import entry_points  # ~60 ms: not for the built-in commands
+
+        for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
+            if entry.name not in self.commands.choices:
+                entry.load()(self.commands)
+
+    def error(self, message: str) -> Any:
+        try:
+            self.add_extensions()
+        except Exception:  # noqa: BLE001 - a broken extension does not hide the user's own mistake
+            pass
+        super().error(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line, built-in commands and the extensions' (for tests and documentation)."""
+    top = _build()
+    top.add_extensions()
+    return top
+
+
+def _build() -> _Parser:
+    parser = _Parser(prog="cellgate", description="A Jupyter kernel for AI agents: "
+                     "gVisor-sandboxed, every tool call gated, every cell recorded.")
     parser.add_argument("--version", action=_Version, help="print cellgate's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_exec(sub)
@@ -438,12 +509,16 @@ def main(argv: list[str] | None = None) -> int:
     _add_audit(sub)
     _add_replay(sub)
     add_image(sub)
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in sub.choices:  # --help, an extension's command or a typo: list them all
-        from importlib.metadata import entry_points  # ~60 ms: not for the built-in commands
+    parser.commands = sub
+    return parser
 
-        for entry in entry_points(group="cellgate.commands"):  # e.g. `cellgate run`, from cellgate.extensions
-            entry.load()(sub)
+
+def main(argv: list[str] | None = None) -> int:
+    defer_slow_imports()
+    parser = _build()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in parser.commands.choices:  # --help, an extension's command or a typo: all of them
+        parser.add_extensions()
     args = parser.parse_args(argv)
     try:
         code = int(args.run(args))

@@ -40,7 +40,7 @@ def add_image(sub: Any) -> None:
     show.add_argument("name", help="a name, or sha256:DIGEST")
     show.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     remove = actions.add_parser("rm", help="remove a name (the image itself goes with gc)")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the image's name, as `cellgate image list` prints it")
     actions.add_parser("gc", help="delete images no name points at, and what a crashed build left")
     docker = actions.add_parser("dockerfile", help="write a built image as a container build context (Dockerfile, "
                                                    "its lock, the kernel slice) for Kubernetes kernel pods")

@@ -34,9 +34,11 @@ def _cell(value: str) -> int:
 
 def add_show(sub: Any) -> None:
     show = sub.add_parser("show", help="summarise an audit notebook in the terminal (or as JSON)",
-                          description="Cells with their times, status and program title; each cell's calls with "
-                          "arguments, decision, rule, approver, outcome and errors; totals per tool and outcome.")
-    show.add_argument("notebook")
+                          description="Cells with their times, status and program title, and among them the "
+                          "record's notes of its branches (paused, resumed, forked, a trial kept or discarded, where "
+                          "the session went on); each cell's calls with arguments, decision, rule, approver, outcome "
+                          "and errors; totals per tool and outcome.")
+    show.add_argument("notebook", help="the audit notebook (.ipynb) of the run")
     show.add_argument("--cell", type=_cell, metavar="N", help="only cell N (as the summary numbers them), with "
                       "its whole program")
     show.add_argument("--calls", type=_calls, default=SHOWN_BY_DEFAULT, metavar="N|all",
@@ -61,8 +63,10 @@ def add_show(sub: Any) -> None:
 
 
 def add_report(sub: Any) -> None:
-    report = sub.add_parser("report", help="write a self-contained, inert HTML page of a run")
-    report.add_argument("notebook")
+    report = sub.add_parser("report", help="write a self-contained, inert HTML page of a run",
+                            description="Write one HTML page of a run (its cells, calls, timeline and totals) that "
+                            "runs no script and loads nothing, to read or to attach.")
+    report.add_argument("notebook", help="the audit notebook (.ipynb) of the run")
     report.add_argument("-o", "--output", required=True, help="the .html file to write")
 
     def run_report(a: argparse.Namespace) -> int:
