@@ -153,12 +153,18 @@ for path in ["/cellgate-x", "/etc/cellgate-x", "/opt/cellgate/tools/x", "/run/ce
         out[path] = errno.errorcode[e.errno]
 for path in ["/tmp/ok", "/workspace/ok"]:
     open(path, "w").write("fine"); out[path] = open(path).read()
+out["read-only"] = {path: bool(os.statvfs(path).f_flag & os.ST_RDONLY) for path in ["/", "/usr", "/tmp", "/workspace"]}
+out["left"] = [path for path in ["/cellgate-x", "/usr/cellgate-x"] if os.path.lexists(path)]
 ''')
     for path in ["/etc/cellgate-x", "/opt/cellgate/tools/x", "/run/cellgate/conn/x"]:
         assert out[path] == "EROFS", (path, out[path])
-    # The image's own folders (its root among them) belong to root: gVisor checks permission first.
+    # The image's own folders (its root among them) belong to root: gVisor checks permission first, so the
+    # write is refused EACCES; an EACCES alone would pass on a writable root too, so the mount must say read-only
+    # (as root could otherwise write there) and nothing may be left.
     assert out["/cellgate-x"] in ("EROFS", "EACCES")
     assert out["/usr/cellgate-x"] in ("EROFS", "EACCES")
+    assert out["read-only"] == {"/": True, "/usr": True, "/tmp": False, "/workspace": False}, out["read-only"]
+    assert out["left"] == []
     assert out["/tmp/ok"] == out["/workspace/ok"] == "fine"
 
 

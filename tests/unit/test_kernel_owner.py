@@ -145,7 +145,8 @@ def test_the_hosts_kill_ends_the_cells_as_killed(recorder: Recorder, folder: Pat
         await listener.ended.wait()
 
     run(recorder, folder, listener, scenario)
-    assert listener.told[1:] == [("gone", "kernel-killed"), ("ended", KernelEnd("killed", "killed-by-host"))]
+    # the whole story in order: the lost output recovered first (none here), then gone, then the cells ended
+    assert listener.told == [("recover", []), ("gone", "kernel-killed"), ("ended", KernelEnd("killed", "killed-by-host"))]
 
 
 def test_a_frame_over_the_bound_marks_the_running_cells_and_stops_the_kernel(recorder: Recorder, folder: Path) -> None:
