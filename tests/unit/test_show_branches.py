@@ -109,3 +109,18 @@ def test_a_fork_into_several_sessions_says_sessions(tmp_path: Path) -> None:
 def test_show_knows_every_note_the_reducer_writes() -> None:
     # show reads the notebook without importing the reducer (nbformat): its list of note kinds is kept equal here
     assert set(NOTE_KINDS) == {*LIVE_EVENTS, "session-ended"}
+
+
+def test_a_tampered_note_is_shown_as_text_and_its_wrong_fields_as_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "t.ipynb"
+    notes = [{"id": f"m{i}", "cell_type": "markdown", "source": "\x1b[2J\x1b]52;c;aGk=\x07 forked",
+              "metadata": {"cellgate": {"kind": kind, "checkpoint": wrong, "forks": wrong, "notebook": wrong}}}
+             for i, (kind, wrong) in enumerate((k, w) for k in NOTE_KINDS for w in (None, 7, [1], {"a": 1}, True))]
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": notes,
+                                "metadata": {"cellgate": {"session_id": "s", "forked_from": {"fork": "x"}}}}))
+    (tmp_path / "other.ipynb").write_text("{not json")  # a notebook beside it that cannot be read is passed over
+    text = shown(path)
+    assert "\x1b" not in text and "\x07" not in text
+    data = json_view(path)
+    assert len(data["notes"]) == len(notes) and all(n["forks"] in (None, 7) and n["notebooks"] == [] for n in data["notes"])
+    assert "\x1b" not in json.dumps(data, ensure_ascii=False)
