@@ -32,7 +32,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, heap, hibernate, lazy_debugger, outlog, pip_magic, ptc, runtime, wire
+from . import files, heap, hibernate, lazy_debugger, network_hint, outlog, pip_magic, ptc, runtime, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -177,6 +177,7 @@ class CellgateKernel(IPythonKernel):
         self._preload_tools()
         if self.shell is not None:
             pip_magic.register(self.shell)  # %pip install: through the gate, not the network
+            network_hint.register(self.shell)  # a failed connection says the sandbox has no network
         self.restricted = self._restricted_runner()
         threads_inherit_the_cell()
         limit = os.environ.get(wire.ENV_OUTPUT_LIMIT, "")
