@@ -25,6 +25,7 @@ and ``[mcp.quotas]`` bounds each principal (``sessions``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -67,8 +68,14 @@ def catalog(settings: Settings, tools: list[str]) -> list[dict[str, Any]]:
 
 
 def state_folder(settings: Settings, config: McpConfig) -> Path:
-    """Where the server keeps its paused sessions: ``[mcp] state_dir``, or ``mcp-serve`` in ``[audit] dir``."""
-    return settings.resolve(config.state_dir) if config.state_dir else settings.resolve(settings.audit.dir) / "mcp-serve"
+    """Where the server keeps its paused sessions: ``[mcp] state_dir``, or ``mcp-serve`` in ``[audit] dir``.
+
+    The folder's own name is not resolved (only the folders above it): a link there is refused by
+    ``private_folder``, not followed to wherever it points."""
+    if not config.state_dir:
+        return settings.resolve(settings.audit.dir) / "mcp-serve"
+    given = Path(os.path.expanduser(config.state_dir))
+    return settings.resolve(str(given.parent)) / given.name
 
 
 def build_server(settings: Settings, options: dict[str, Any], single_client: bool, max_sessions: int = 8,
