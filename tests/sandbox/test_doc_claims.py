@@ -66,7 +66,7 @@ def test_tmp_survives_a_pause_and_a_fork_and_no_approval_carries_over(tmp_path: 
 
     async def resumed() -> dict[str, Any]:
         async with Session.resume(checkpoint, config=config(tmp_path), cwd=tmp_path, approver=after) as session:
-            seen = {"tmp": (await session.execute(READ_TMP)).stdout.strip(),
+            seen: dict[str, Any] = {"tmp": (await session.execute(READ_TMP)).stdout.strip(),
                     "echo": (await session.execute(ECHO)).stdout}
             forks = await session.fork(1)
             try:

@@ -17,12 +17,11 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import cellgate
-from tests.unit.test_mcp_admission_quotas import ALICE, BOB, Held, bounded, refusal
-
 from cellgate.extensions.mcp.config import McpQuotas
 from cellgate.extensions.mcp.parked import Owner, Parked, Parking
 from cellgate.extensions.mcp.sessions import Sessions
+from tests.conftest import cellgate
+from tests.unit.test_mcp_admission_quotas import ALICE, BOB, Held, bounded, refusal
 
 
 def park(parking: Parking, count: int) -> None:
