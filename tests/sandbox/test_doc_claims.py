@@ -16,8 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cellgate.gate import Session
 from cellgate.gate.calls.approval import ApprovalRequest
+from cellgate.gate.sandbox.images import build
+from cellgate.gate.sandbox.images.spec import find_spec
 from tests.conftest import SAMPLE_TOOLS, cellgate
 
 WRITE_TMP = ("import hashlib, os\n"
@@ -91,3 +95,34 @@ def test_tmp_survives_a_pause_and_a_fork_and_no_approval_carries_over(tmp_path: 
     for notebook in (tmp_path / "run.ipynb", seen["fork notebook"]):
         checked = cellgate("verify", str(notebook))
         assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+# docs/sandbox-images.md:76-85: "`preload`: modules the kernel imports before the snapshot every sandbox of the image
+# is restored from, so that a cell importing them finds them loaded"; "`warm_completion`: jedi parses the builtins
+# and typing stubs before the snapshot". An image of the minimal set with both is built into a store of the test's
+# own; its first cell finds the modules loaded and parso's cache filled, where the minimal image's finds neither.
+PRELOADED = ("wave", "xml.dom.minidom")
+FIRST_CELL = ("import sys\n"
+              f"print(sorted(m for m in {PRELOADED!r} if m in sys.modules))\n"
+              "import parso.cache\n"
+              "print(len(parso.cache.parser_cache) > 0)")
+
+
+def first_cell(folder: Path, image: str) -> list[str]:
+    (folder / "cellgate.toml").write_text(f'[sandbox]\nimage = "{image}"\n')
+
+    async def run() -> list[str]:
+        async with Session(config=folder / "cellgate.toml", notebook=folder / f"{image}.ipynb", cwd=folder) as s:
+            return str((await s.execute(FIRST_CELL)).stdout).splitlines()
+    return asyncio.run(run())
+
+
+def test_an_images_preload_and_warm_completion_are_in_the_snapshot_a_session_starts_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert first_cell(tmp_path, "minimal") == ["[]", "False"]  # the control: the minimal image preloads neither
+    monkeypatch.setenv("CELLGATE_IMAGE_STORE", str(tmp_path / "store"))
+    spec = tmp_path / "cellgate-image.toml"
+    spec.write_text(f"[images.warm]\npreload = {json.dumps(list(PRELOADED))}\nwarm_completion = true\n")
+    image, built = build.build(find_spec("warm", spec))
+    assert built and image.preload == PRELOADED and image.warm_completion
+    assert first_cell(tmp_path, "warm") == [repr(sorted(PRELOADED)), "True"]
