@@ -95,3 +95,36 @@ def test_open_private_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None
     fd = _open_private(tmp_path / "new", os.O_RDWR | os.O_CREAT)
     os.close(fd)
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_ledger_without_its_keys_reads_as_empty() -> None:
+    # A ledger left by an older gate or edited by hand, holding neither "held" nor "shares": counts start at 0.
+    line = Lineage.new()
+    line.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(line.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"{}")
+    os.close(fd)
+    assert line.held() == {}
+    assert line.left(3) == 3
+    member = Lineage(line.id, ("cd" * 8,))
+    assert member.left(None) == 0  # a member the ledger has no share for may make none
+    with pytest.raises(BudgetRefused) as refused:
+        member.take(SHARE, None, "per-session")
+    assert (refused.value.name, refused.value.limit, refused.value.count, refused.value.lineage) == \
+        (SHARE, 0, 0, line.id)
+    line.raise_to({"session": 2})
+    assert line.held() == {"session": 2}
+    fd = os.open(line.path, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"{}")
+    os.close(fd)
+    assert line.take("tool:t", None) == 1
+    fd = os.open(line.path, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"{}")
+    os.close(fd)
+    child = line.share(1, None)
+    assert len(child.shares[0]) == 16
+    assert child.left(None) == 1
+    fd = os.open(line.path, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b'{"held": {"session": 1}}')
+    os.close(fd)
+    assert line.take("session", None) == 2
