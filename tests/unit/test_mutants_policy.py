@@ -180,15 +180,15 @@ def test_unrequired_constraints_exactly() -> None:
         {"when": {"required": ["z"]}, "decision": "deny"}]}})
     schemas = {"t": {"required": ["c"], "properties": {"a": {"default": 5}, "d": "not a dict"}}}
     assert unrequired_constraints(p, schemas) == [
-        "policy.tools.t.rules[0] (r) constrains 'a' but does not require it: the gate fills in the tool's default 5 "
+        ("policy.tools.t.rules[0] (r) constrains 'a' but does not require it: the gate fills in the tool's default 5 "
         "before the rule is checked, so a call that leaves it out is decided on that value; add required = [\"a\"] "
-        "to its `when` if the rule must only match calls that pass it",
-        "policy.tools.t.rules[0] (r) constrains 'd' but does not require it: a call that leaves it out matches this "
+        "to its `when` if the rule must only match calls that pass it"),
+        ("policy.tools.t.rules[0] (r) constrains 'd' but does not require it: a call that leaves it out matches this "
         "rule, and the tool decides what a missing value means; add required = [\"d\"] to its `when` if the rule "
-        "must only match calls that pass it",
+        "must only match calls that pass it"),
     ]
     q = policy(tools={"u": {"rules": [{"when": {"properties": {"x": {}}}, "decision": "deny"}]}})
     assert unrequired_constraints(q, {}) == [
-        "policy.tools.u.rules[0] constrains 'x' but does not require it: a call that leaves it out matches this "
+        ("policy.tools.u.rules[0] constrains 'x' but does not require it: a call that leaves it out matches this "
         "rule, and the tool decides what a missing value means; add required = [\"x\"] to its `when` if the rule "
-        "must only match calls that pass it"]
+        "must only match calls that pass it")]
