@@ -18,7 +18,9 @@ import contextvars
 import os
 import secrets
 import signal
+import threading
 import uuid
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,6 +60,15 @@ from cellgate.gate.telemetry import load_telemetry
 # the line decided the rate. Past this bound starts compete for the same cores.
 STARTS_AT_ONCE = 8 * (os.cpu_count() or 1)
 _starts = concurrent.futures.ThreadPoolExecutor(STARTS_AT_ONCE, thread_name_prefix="cellgate-sandbox-start")
+
+# Every session of this process whose record is open, ended by ``_end_forgotten`` when the program ends without
+# ending it (a fork nobody shut down, a frontend that asked the kernel to shut down and exited, as
+# `jupyter console` does). That has to run before the interpreter joins its threads: concurrent.futures joins
+# every executor thread then, and the threads waiting on a running sandbox (``wait``) never end while it runs,
+# so an ``atexit`` hook came too late and the program hung. ``threading._register_atexit``'s hooks run before
+# any join, last registered first: ours (registered at the first start) before concurrent.futures' own.
+_open: dict[int, GVisorProvisioner] = {}
+_ender_registered = False
 
 
 @dataclass(frozen=True)
@@ -139,9 +150,7 @@ class GVisorProvisioner(LocalProvisioner):
             backend = load_backend(settings.sandbox.backend)(settings)
             await asyncio.to_thread(backend.reap)
             self._started = self._start(settings, backend)
-            # A frontend may end by asking the kernel to shut down and exiting (`jupyter console` does), so
-            # the KernelManager never calls cleanup: the record still ends when this process exits.
-            atexit.register(self._end_at_exit)
+            end_at_exit(self)
         return kwargs
 
     def _start(self, settings: Settings, backend: SandboxBackend) -> Started:
@@ -356,7 +365,7 @@ class GVisorProvisioner(LocalProvisioner):
 
     def _end_record(self, started: Started) -> None:
         self._started = None
-        atexit.unregister(self._end_at_exit)
+        _open.pop(id(self), None)
         try:
             started.service.stop()
         finally:
@@ -366,8 +375,18 @@ class GVisorProvisioner(LocalProvisioner):
             remove_package_layer(started.packages)
 
     def _end_at_exit(self) -> None:
-        if self._started is not None:
-            self._end(restart=False)
+        """The program is ending with this session running: end it, saying so in the record and a ResourceWarning."""
+        started = self._started
+        if started is None:
+            return
+        warnings.warn(f"the session of {started.recorder.notebook_path} was still running when the program ended, "
+                      "and was ended then (sandbox deleted, record closed with reason 'program-exit'); end each "
+                      "session, forks included, with `async with` or `await session.aclose()`",
+                      ResourceWarning, stacklevel=1)
+        event, data = self.ending
+        self.ending = (event, {**data, "reason": "program-exit",
+                               "note": "the program ended without shutting the session down"})
+        self._end(restart=False)
 
     @override
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
@@ -376,6 +395,38 @@ class GVisorProvisioner(LocalProvisioner):
     @override
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         return max(recommended, 10.0)
+
+
+def end_at_exit(provisioner: GVisorProvisioner) -> None:
+    """End ``provisioner``'s session when the program ends, unless it ended before (``_end_record``)."""
+    global _ender_registered
+    _open[id(provisioner)] = provisioner
+    if not _ender_registered:
+        # CPython's hook for "before the threads are joined"; where there is none, the latest atexit can do.
+        register = getattr(threading, "_register_atexit", None) or atexit.register
+        register(_end_forgotten)
+        _ender_registered = True
+
+
+def _end_forgotten() -> None:
+    """At the program's end: every session still running is ended, all at once (a runsc delete each), each on
+    a thread of its own: one that fails stops none of the others."""
+    enders = [threading.Thread(target=_end_one, args=(p,), name="cellgate-end-at-exit") for p in _open.values()]
+    for ender in enders:
+        ender.start()
+    for ender in enders:
+        ender.join()
+
+
+def _end_one(provisioner: GVisorProvisioner) -> None:
+    try:
+        provisioner._end_at_exit()
+    # The program is ending: say what could not be ended and go on.
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"a session still running when the program ended could not be ended: "
+                      f"{type(exc).__name__}: {exc}", ResourceWarning, stacklevel=1)
+    finally:
+        _open.pop(id(provisioner), None)
 
 
 async def delete_when_started(backend: SandboxBackend, starting: asyncio.Future[SandboxHandle]) -> None:

@@ -378,7 +378,8 @@ class Session:
         return former
 
     async def __aenter__(self) -> Session:
-        return await self.start()
+        # A fork (``fork``, a pool's member) is handed over started: ``async with`` it only ends it.
+        return self if self.km is not None else await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
