@@ -8,6 +8,7 @@ Real gVisor sandboxes, a real host process for the program.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from cellgate.gate import Session
 from tests.conftest import SAMPLE_TOOLS, cellgate, runsc_sandboxes
 
 # The docs' fork snippet as a program that forgets to end anything: main returns with 3 sessions running.
@@ -66,3 +68,20 @@ def test_a_program_that_never_shuts_its_session_or_forks_down_exits_and_leaves_n
         assert last["note"] == "the program ended without shutting the session down"
         checked = cellgate("verify", str(notebook))
         assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_async_with_a_fork_ends_it_without_starting_it_again(tmp_path: Path) -> None:
+    async def scenario() -> Path:
+        async with Session(tools=[str(SAMPLE_TOOLS)], notebook=tmp_path / "parent.ipynb", cwd=tmp_path) as parent:
+            await parent.execute("value = 'parent'")
+            [fork] = await parent.fork(1)
+            async with fork as entered:  # a started session: entered as it is, ended on the way out
+                assert entered is fork
+                assert (await fork.execute("print(value)")).stdout == "parent\n"
+                notebook = fork.notebook_path
+            assert fork.km is None
+            return notebook
+
+    notebook = asyncio.run(scenario())
+    last = journal(notebook)[-1]
+    assert last["event"] == "session-ended" and "reason" not in last, last
