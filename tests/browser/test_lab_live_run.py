@@ -147,8 +147,9 @@ def test_an_audit_notebook_outside_the_root_is_shown_as_its_path(lab_with_extens
         open_notebook(browser, lab, name)
         (audit,) = wait_for(lambda: list(set(audit_dir.glob("*.ipynb")) - before), 60, "the kernel's audit notebook")
         side_tab(browser, "cellgate-run-panel")
-        wait_for(lambda: texts(browser, f"{AUDIT_LINK} .cg-audit-path"), 60, "the audit notebook's path",
-                 show=lambda: panel_text(browser))
+        # While the launcher is starting the panel says "not known yet" and asks again each second.
+        wait_for(lambda: texts(browser, f"{AUDIT_LINK} .cg-audit-path") not in ([], ["not known yet"]), 60,
+                 "the audit notebook's path", show=lambda: panel_text(browser))
         assert texts(browser, f"{AUDIT_LINK} .cg-audit-path") == [
             f"{audit} (outside the server's root: not opened here)"]
         assert not find(browser, f"{AUDIT_LINK} a"), "an audit notebook outside the root was linked"
