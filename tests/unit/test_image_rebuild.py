@@ -31,7 +31,7 @@ def spec_file(folder: Path, python: str) -> Path:
 def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The apt source file the key reads (the module's list of where apt's sources are, pointed at one of ours)."""
     path = tmp_path / "sources.list"
-    path.write_text("deb http://deb.debian.org/debian bookworm main\n")
+    path.write_text("deb http://apt.invalid/debian bookworm main\n")
     monkeypatch.setattr(build, "APT_SOURCES", (str(path),))
     return path
 
@@ -47,7 +47,7 @@ def test_the_key_a_build_is_skipped_by_changes_with_the_spec_the_sources_and_the
     spec = find_spec("mine", spec_file(tmp_path, "humanize==4.9.0"))
     sources.write_text("deb http://mirror.example/debian bookworm main\n")
     keys.add(build.spec_key(spec))
-    sources.write_text("deb http://deb.debian.org/debian bookworm main\n")
+    sources.write_text("deb http://apt.invalid/debian bookworm main\n")
     assert build.spec_key(spec) == first
     monkeypatch.setattr(platform, "machine", lambda: "riscv64" if platform.uname().machine != "riscv64" else "x86_64")
     keys.add(build.spec_key(spec))
