@@ -88,6 +88,10 @@ class CellRun:
     refusals: RefusalLedger
     end: CellEnd = field(default_factory=CellEnd)
     clock: CellClock | None = None  # set when the cell starts
+    # ipykernel ignores SIGINT until its execute handler runs (it says so with execute_input): an interrupt asked
+    # for before then is sent again once the kernel has started the cell, or it would be lost.
+    started_in_kernel: bool = False
+    interrupt_when_started: bool = False
     shell: Shell = None
     counts: CellCounts = field(default_factory=CellCounts)  # its calls, for the per-cell budgets
     # Unique per cell run (a client's msg_ids start over after a restart): what approvals are withdrawn by.

@@ -171,8 +171,15 @@ class Relay:
         return heard.is_set()
 
     def interrupt(self) -> None:
-        """Send the kernel an interrupt_request on control (as the cell timeout does)."""
-        self._call(self.kernel.interrupt())
+        """Send the kernel an interrupt_request on control (as the cell timeout does); a cell the kernel has not
+        started yet is interrupted again when it starts."""
+        self._call(self._interrupt())
+
+    async def _interrupt(self) -> None:
+        running = self.cells.running()
+        if running is not None and not running.started_in_kernel:
+            running.interrupt_when_started = True
+        await self.kernel.interrupt()
 
     def call_direct(self, tool: str, args: dict[str, Any]) -> concurrent.futures.Future[DirectResult]:
         """A tool call the model makes on its own turn: gated and recorded as a ``direct`` cell."""

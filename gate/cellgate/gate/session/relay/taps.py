@@ -261,6 +261,10 @@ class Taps:
             if content.get("execution_state") == "idle":
                 self.cells.idle(head)
         elif msg_type == "execute_input":
+            head.started_in_kernel = True
+            if head.interrupt_when_started:
+                head.interrupt_when_started = False
+                self.kernel.interrupt_soon()
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
                 self.cells.saw_count(count)
