@@ -119,6 +119,10 @@ def test_payload_outputs_reach_the_server_only_from_the_plain_kernel(
         visible = (DONE, "report", "Summary", LINK_TEXT)
         wait_for(lambda: all(text in output_texts(browser) for text in visible), 180,
                  f"the cells of {name} to run and show {visible}", show=lambda: output_texts(browser))
+        # A reader scrolls past every output: JupyterLab defers what is off screen (its windowing), and an
+        # iframe it never laid out never loads (under CI's load the control's iframe stayed unloaded).
+        for output in find(browser, ".jp-OutputArea-output"):
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", output)
         # The javascript: link needs a click, as a user reading the output would give it.
         for link in find(browser, ".jp-OutputArea-output a"):
             if link.text.strip() == LINK_TEXT:
