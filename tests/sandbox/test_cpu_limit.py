@@ -7,8 +7,9 @@ A cell spins on more processes than the machine has cores. The host's other proc
 cell spins, the test gives its sandbox (and the sandboxes' parent) the kernel's greatest CPU weight, so the
 sandbox gets every core it asks for and only a quota can hold it back. Under ``cpus = 0.5`` the sandbox's cgroup
 holds a quota of half its period, the kernel throttles it (``nr_throttled`` grows) and its CPU time over the
-cell's wall time stays about half a core; the same cell without a quota has no quota, is never throttled and gets
-more than the quota (the control, so each bound can fail); the record states the quota that bound it.
+cell's wall time stays at most about half a core; the same cell without a quota has no quota and is never
+throttled (the control, so each can fail); the record states the quota that bound it. No assertion needs a free
+core: a busier host only keeps the sandbox further under its quota (it spins again until throttled).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.gvisor, pytest.mark.xdist_group("cpu"),
               pytest.mark.root_only]  # runsc sets a cgroup's CPU quota only as root (an ordinary user is refused)
 
 SECONDS = 3
+ROUNDS = 5
 SPIN = f"""
 import os, time
 def spin(seconds):
@@ -113,15 +115,19 @@ def quota_of(box: Any) -> float | None:
 def test_half_a_cpu_binds_a_cell_spinning_on_every_core_and_the_record_says_so(session_factory: Any) -> None:
     unbound_box = session_factory()
     assert quota_of(unbound_box) is None
-    unbound, unbound_held = spin(unbound_box)
-    assert unbound_held == 0, unbound_held  # the control: no quota, never throttled ...
-    assert unbound > 0.8, unbound  # ... and three spinners first in line get more than the quota (one core or more)
+    _, unbound_held = spin(unbound_box)
+    assert unbound_held == 0, unbound_held  # the control: no quota, and the kernel never held it back
 
     box = session_factory(cpus=0.5)
     assert quota_of(box) == 0.5  # the quota asked for, on the sandbox's own cgroup
-    bound, held = spin(box)
-    assert held > 0, held  # the kernel held the sandbox back by its quota ...
-    assert bound < 0.65, bound  # ... to half a core, and a little of gVisor's own at the period's edges
+    held = 0
+    for _ in range(ROUNDS):  # spins until the kernel held it back by its quota: a host busier than its weight
+        bound, more = spin(box)  # can keep the sandbox under its quota for a while, never over it
+        assert bound < 0.65, bound  # half a core, and a little of gVisor's own at the period's edges
+        held += more
+        if held:
+            break
+    assert held > 0, f"the kernel never throttled the sandbox in {ROUNDS} spins of {SECONDS} s"
 
     sandbox = sandbox_of(box)
     assert sandbox["limits"]["cpus"] == 0.5
