@@ -56,7 +56,7 @@ from cellgate.gate._guarded import Folder, remove_tree_quietly
 from cellgate.gate._json import canonical_json, sha256_hex, utcnow
 from cellgate.gate._versions import versions
 from cellgate.gate.audit.journal import Journal
-from cellgate.gate.audit.record_paths import free_path
+from cellgate.gate.audit.record_paths import existing_parts
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.resume import Previous, read_previous, setup_changes
 from cellgate.gate.calls.approval import Approver
@@ -326,8 +326,7 @@ async def fork(session: Live, count: int | None, path: str | Path | None) -> Che
     require_checkpoints(session)
     recorder = session.recorder
     notebook = recorder.notebook_path
-    folder = new_folder(Path(path) if path is not None else notebook.with_name(
-        f"{notebook.stem}.fork-{recorder.journal.seq + 1}.checkpoint"))
+    folder = new_folder(Path(path) if path is not None else fork_path(notebook, ".checkpoint"))
     backend, key = await _save(session, folder, leave_running=True)
     checkpoint_id = secrets.token_hex(8)
     recorder.event("session-forked", forks=count, checkpoint=checkpoint_id, sync=True)
@@ -336,6 +335,28 @@ async def fork(session: Live, count: int | None, path: str | Path | None) -> Che
                           session_id=session.provisioner.started.session_id, backend=backend, key=key,
                           secrets=session.provisioner.gate.secrets.known(),
                           lineage=session.provisioner.gate.lineage.record())
+
+
+FORK_NAMES = 10_000  # fork numbers tried per root notebook, at most
+
+
+def fork_path(notebook: Path, suffix: str, number: int = 1) -> Path:
+    """Where fork ``number`` of a fork of ``notebook`` goes: ``ROOT.fork-N`` + ``suffix`` beside it, ROOT its stem
+    without any ``.fork-K`` (a fork of ``run.fork-2`` is ``run.fork-3``, never ``run.fork-2.fork-1``), N the
+    ``number``-th number whose notebook (and, for a checkpoint folder, that folder) is free: forks named together
+    before any has a record get numbers of their own."""
+    root = notebook.stem
+    while (cut := root.rpartition(".fork-"))[1] and cut[2].isdigit():
+        root = cut[0]
+    free = 0
+    for n in range(1, FORK_NAMES + 1):
+        candidate = notebook.with_name(f"{root}.fork-{n}{suffix}")
+        if existing_parts(notebook.with_name(f"{root}.fork-{n}.ipynb")) or candidate.is_symlink() or candidate.exists():
+            continue
+        free += 1
+        if free == number:
+            return candidate
+    raise SessionError(f"{notebook.parent} holds {FORK_NAMES} forks of {root}.ipynb already; move some away")
 
 
 def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of: int | None,
@@ -350,7 +371,7 @@ def fork_options(checkpoint: Checkpoint, parent: LaunchOptions, number: int, of:
     budget = budget or ({"lineage": lineage.id} if lineage else None)
     metadata = {**parent.metadata, "forked_from": {**checkpoint.record_of(), "fork": number, "of": of,
                                                    **({"budget": budget} if budget else {})}}
-    notebook = free_path(checkpoint.notebook.with_name(f"{checkpoint.notebook.stem}.fork-{number}.ipynb"))
+    notebook = fork_path(checkpoint.notebook, ".ipynb", number)
     return replace(parent, restore=checkpoint.restore, metadata=metadata, notebook=notebook,
                    gate_factory=KnownSecrets(parent.gate_factory, checkpoint.secrets, lineage))
 
