@@ -24,11 +24,18 @@ def run(job: object, deadline: float, stall: threading.Event | None = None) -> o
         threads = ToolThreads(4)
         await threads.reserve()
         if stall is not None:
-            def held_up() -> None:  # the loop held up (as a stalled write held it) past the deadline; the tool
-                stall.set()  # returns meanwhile
-                time.sleep(0.6)
+            loop = asyncio.get_running_loop()
+            due = loop.time() + deadline
 
-            asyncio.get_running_loop().call_soon(held_up)
+            def held_up() -> None:  # the loop held up (as a stalled write held it) until both are in: the tool's
+                stall.set()  # thread has ended (its result handed to the loop) and the deadline has passed
+                for thread in threading.enumerate():
+                    if thread.name == f"cellgate-tool-{CALL.tool}":
+                        thread.join(10)
+                        assert not thread.is_alive()
+                time.sleep(max(0.0, due - loop.time()))  # the stall itself, no longer than the deadline
+
+            loop.call_soon(held_up)
         return await threads.run(job, CALL, deadline)  # type: ignore[arg-type]
 
     return asyncio.run(main())
@@ -41,7 +48,7 @@ def test_a_result_in_before_a_stalled_loop_notices_the_deadline_is_kept() -> Non
         assert stalled.wait(10)
         return "orders"
 
-    assert run(tool, deadline=0.2, stall=stalled) == "orders"
+    assert run(tool, deadline=0.05, stall=stalled) == "orders"
 
 
 def test_a_tool_still_running_at_its_deadline_times_out_and_its_thread_runs_on() -> None:
