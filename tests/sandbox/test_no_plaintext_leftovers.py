@@ -1,8 +1,9 @@
 """No plaintext leftovers (issue 42, finding 5; SECURITY.md H13, "no secret in the record").
 
-A fork's or a trial's checkpoint is gone once its sessions are restored (kept only when the caller named a
-folder for it), a pool's when the pool closes; a kept checkpoint holds the gate's known secrets only encrypted
-with a key from the host key, in a folder that is its user's alone.
+A fork's or a trial's checkpoint is made in the host's private run root and gone once its sessions are restored
+(kept only when the caller named a folder for it), a pool's when the pool closes; a kept checkpoint holds the
+gate's known secrets and the kernel's memory (its image) only encrypted with keys from the host key, in a folder
+that is its user's alone, and the plaintext a resume unseals is gone once the kernel is restored.
 
 Real gVisor sandboxes, real runsc checkpoints; every file left under the test's folder is read whole.
 """
@@ -16,6 +17,7 @@ import stat
 from pathlib import Path
 
 from cellgate.gate import Session
+from cellgate.gate.sandbox.runtime_dir import run_root
 from cellgate.gate.session import live
 from cellgate.gate.session.pool import Pool
 from tests.conftest import SAMPLE_TOOLS
@@ -45,9 +47,16 @@ def checkpoint_folders(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob(live.MANIFEST))
 
 
+def work_folders() -> set[str]:
+    """The plaintext checkpoints of the host's private run root (a fork's, or a resume's unsealed image)."""
+    folder = run_root() / "checkpoints"
+    return {p.name for p in folder.iterdir()} if folder.exists() else set()
+
+
 def test_after_forks_a_trial_and_a_pause_no_file_holds_the_gates_secret_and_only_the_pause_is_kept(
         tmp_path: Path) -> None:
     paused = tmp_path / "paused"
+    before = work_folders()
 
     async def scenario() -> None:
         session = await Session(tools=[str(SAMPLE_TOOLS)], notebook=tmp_path / "run.ipynb", cwd=tmp_path).start()
@@ -75,7 +84,8 @@ def test_after_forks_a_trial_and_a_pause_no_file_holds_the_gates_secret_and_only
     assert stat.S_IMODE((paused / live.MANIFEST).stat().st_mode) == 0o600
     assert stat.S_IMODE((paused / live.IMAGE).stat().st_mode) == 0o700
     assert SECRET not in (paused / live.MANIFEST).read_text()
-    assert outside_the_kept_kernels_memory(files_holding_the_secret(tmp_path)) == []
+    assert files_holding_the_secret(tmp_path) == []  # the kernel's memory too: sealed
+    assert work_folders() == before  # no plaintext left in the run root either
 
     async def resume() -> str:
         async with Session.resume(paused, tools=[str(SAMPLE_TOOLS)], cwd=tmp_path) as session:
@@ -83,14 +93,8 @@ def test_after_forks_a_trial_and_a_pause_no_file_holds_the_gates_secret_and_only
 
     shown = asyncio.run(resume())  # the kept checkpoint still resumes, its gate knowing the secret again
     assert shown.startswith("resumed [secret") and SECRET not in shown
-    assert outside_the_kept_kernels_memory(files_holding_the_secret(tmp_path)) == []
-
-
-def outside_the_kept_kernels_memory(found: list[str]) -> list[str]:
-    """All but the kept pause checkpoint's image: the sandbox's memory, which holds what a tool handed the kernel
-    (the sandbox gets a ``Secret``'s value). Sealing that image too is not done yet (it needs the decrypted copy
-    deleted once runsc has restored it, a step the provisioner would take)."""
-    return [name for name in found if not name.startswith(f"paused/{live.IMAGE}/")]
+    assert files_holding_the_secret(tmp_path) == []
+    assert work_folders() == before  # the image a resume unsealed went once the kernel was restored
 
 
 def test_a_fork_checkpoint_in_a_folder_the_caller_named_is_kept_with_its_secrets_encrypted(tmp_path: Path) -> None:
@@ -102,8 +106,10 @@ def test_a_fork_checkpoint_in_a_folder_the_caller_named_is_kept_with_its_secrets
             forks = await session.fork(1, named)
             await asyncio.gather(*(f.shutdown() for f in forks))
 
+    before = work_folders()
     asyncio.run(scenario())
     assert checkpoint_folders(tmp_path) == ["asked-for/checkpoint.json"]
+    assert files_holding_the_secret(tmp_path) == [] and work_folders() == before  # sealed; the plaintext gone
     assert stat.S_IMODE(named.stat().st_mode) == 0o700
     assert SECRET not in (named / live.MANIFEST).read_text()
     assert live.read_checkpoint(named).secrets[SECRET].startswith("[secret")  # decrypted with this host's key
@@ -120,12 +126,13 @@ def test_a_pools_checkpoint_stays_while_it_starts_members_and_goes_when_it_close
                 second = await pool.acquire()
                 assert (await second.execute("print(token)")).stdout.startswith("[secret")
                 await pool.release(second)
-                while_open = checkpoint_folders(tmp_path)
+                while_open = work_folders() - before
             finally:
                 await pool.close()
             return while_open
 
+    before = work_folders()
     while_open = asyncio.run(scenario())
-    assert len(while_open) == 1 and while_open[0].endswith(".checkpoint/checkpoint.json")
-    assert checkpoint_folders(tmp_path) == []
+    assert len(while_open) == 1  # in the run root, never beside the record
+    assert checkpoint_folders(tmp_path) == [] and work_folders() == before
     assert files_holding_the_secret(tmp_path) == []

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -89,7 +90,9 @@ def flip_a_ciphertext_byte(body: dict[str, Any]) -> None:
     (lambda body: body.update(secrets="not base64!"), "do not open with this host's key"),
     (lambda body: body.update(secrets={"tok-ann-s3cr3t": "[secret: x]"}), "do not open with this host's key"),
     (lambda body: body.update(format=1, secrets={"tok-ann-s3cr3t": "[secret: x]"}),
-     "is a checkpoint of format 1, which kept the gate's secrets in plaintext"),
+     "is a checkpoint of format 1, which kept the gate's secrets and the kernel's memory in plaintext"),
+    (lambda body: body.update(format=2), "is a checkpoint of format 2, which kept the kernel's memory (its image) "
+                                         "in plaintext"),
 ])
 def test_sealed_secrets_under_another_key_altered_or_of_the_old_format_are_refused(
         tmp_path: Path, change: Any, says: str) -> None:
@@ -116,8 +119,17 @@ def test_discard_removes_a_checkpoint_and_follows_no_link_in_its_image(tmp_path:
     folder = checkpoint_folder(tmp_path)
     checkpoint = write(folder)
     (folder / live.IMAGE / "planted").symlink_to(outside)  # the image is runsc's: treated as hostile
-    live.discard(checkpoint)
+    live.discard(replace(checkpoint, kept=False))  # a fork's nobody named: the run root's
     assert not folder.exists() and (outside / "keep.txt").read_text() == "kept"
+
+
+def test_discard_keeps_a_folder_the_caller_named_and_removes_its_plaintext(tmp_path: Path) -> None:
+    folder = checkpoint_folder(tmp_path)
+    plain = tmp_path / "work" / live.IMAGE
+    plain.mkdir(parents=True)
+    (plain / "pages.img").write_bytes(b"memory")
+    live.discard(replace(write(folder), plain_image=plain))
+    assert live.read_checkpoint(folder).path == folder and not plain.parent.exists()
 
 
 def test_a_folder_is_never_written_into_twice(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ class Restore:
 
     image: str
     key: str
+    # The id of the checkpoint whose key sealed ``image`` (``session.sealed_image``): the session unseals it into a
+    # private folder for the start, so a backend is only ever handed plaintext (None).
+    sealed_as: str | None = None
 
 
 @dataclass(frozen=True)

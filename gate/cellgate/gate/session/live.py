@@ -5,7 +5,9 @@ A checkpoint is a folder the host makes, its user's alone (0700, its manifest 06
     checkpoint.json   what it is: the session, where its record stood, the sandbox configuration it needs, the
                       sha256 of every file of the image, all under a MAC of this host's key; and what the gate
                       knew as secret, sealed (AES-GCM under a key derived from the host key: never in plaintext)
-    image/            the sandbox's memory and state, as the backend saved it (``SandboxBackend.checkpoint``)
+    image/            the sandbox's memory and state, as the backend saved it (``SandboxBackend.checkpoint``),
+                      sealed file by file (``sealed_image``): the backend writes it into the host's private run
+                      root and is handed it back there, unsealed, only for a restore
 
 The kernel lets go of its sockets first (``cellgate.kernel.hibernate``); the
 backend saves its sandbox. A **pause** (``Session.checkpoint``) stops the
@@ -22,9 +24,10 @@ its journal stood and the fork's number. A fork's budgets are its parent's
 manifest names that lineage, so a resumed session draws on it too; approvals
 never carry over.
 
-A fork's checkpoint is a means, not a result: ``Session.fork`` (and so ``Session.trial``) deletes it once its
-forks are restored or failed, ``Pool.from_session``'s goes when the pool closes; only one in a folder the caller
-named (``path=``) stays, as does every pause's (it is what ``Session.resume`` reads).
+A fork's checkpoint is a means, not a result: it is made in the host's private run root, in plaintext, and
+``Session.fork`` (and so ``Session.trial``) deletes it once its forks are restored or failed,
+``Pool.from_session``'s goes when the pool closes; only one in a folder the caller named (``path=``) stays, sealed
+like every pause's (which is what ``Session.resume`` reads).
 
 A checkpoint holds the kernel's memory: what the program computed (a value a
 tool marked ``Secret`` included: the sandbox got it), never a credential of the
@@ -65,6 +68,7 @@ from cellgate.gate.calls.lineage import Lineage
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.sandbox.backend import Restore
+from cellgate.gate.session import sealed_image
 from cellgate.gate.session.launch import GateFactory, LaunchOptions
 
 if TYPE_CHECKING:
@@ -90,7 +94,7 @@ class Live(Protocol):
 
     async def shutdown(self) -> None: ...
 
-FORMAT = 2  # 2: the gate's secrets sealed (format 1 kept them in plaintext, and is refused)
+FORMAT = 3  # 3: the image sealed too; 2: the gate's secrets sealed; 1: neither (1 and 2 are refused)
 MANIFEST = "checkpoint.json"
 IMAGE = "image"
 MAC_PURPOSE = "cellgate-checkpoint"
@@ -116,6 +120,9 @@ class Checkpoint:
     digest: str  # of its manifest
     secrets: dict[str, str]  # what the session's gate knew as secret (form -> marker): its kernel may hold them
     lineage: dict[str, Any] | None = None  # the budgets it draws on (``Lineage.record``); None: made before lineages
+    # A kept fork's image in plaintext, in the run root, that its forks restore from (``discard`` removes it).
+    plain_image: Path | None = None
+    kept: bool = True  # False: the folder is the run root's, deleted by ``discard``
 
     def record_of(self) -> dict[str, Any]:
         """How a fork's metadata names its parent."""
@@ -143,9 +150,12 @@ def new_folder(path: Path) -> Path:
 
 
 def discard(checkpoint: Checkpoint) -> None:
-    """Delete a checkpoint no session will start from again (its forks are restored, its pool closed): the
-    kernel's memory and the gate's secrets do not stay on disk. The image is runsc's: nothing in it is followed."""
-    remove_tree_quietly(checkpoint.path)
+    """A fork's checkpoint no session will start from again (its forks are restored, its pool closed): its
+    plaintext goes, and the folder too unless the caller named it (``kept``, sealed). Nothing in it is followed."""
+    if checkpoint.plain_image is not None:
+        sealed_image.release(checkpoint.plain_image)
+    if not checkpoint.kept:
+        remove_tree_quietly(checkpoint.path)
 
 
 def _sealing_key(create: bool = True) -> AESGCM:
@@ -194,8 +204,9 @@ def _image_files(image: Path) -> dict[str, str]:
 
 def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Path, journal: Journal,
                    session_id: str, backend: str, key: str, secrets: dict[str, str],
-                   lineage: dict[str, Any] | None = None) -> Checkpoint:
-    """The manifest of the checkpoint in ``folder`` (``new_folder``'s, its ``image`` saved), written once."""
+                   lineage: dict[str, Any] | None = None, sealed: bool = True) -> Checkpoint:
+    """The manifest of the checkpoint in ``folder`` (``new_folder``'s, its ``image`` saved: ``sealed`` by
+    ``sealed_image.seal``, or in plaintext in the run root), written once."""
     try:  # runsc made the image folder (0755): the checkpoint's user's alone too, through its descriptor
         with Folder.open(folder) as made, made.child(IMAGE) as image:
             os.fchmod(image.fd, 0o700)
@@ -207,7 +218,7 @@ def write_manifest(folder: Path, kind: Kind, checkpoint_id: str, *, notebook: Pa
         "format": FORMAT, "cellgate": _version(), "kind": kind, "id": checkpoint_id, "made": utcnow(),
         "notebook": str(notebook),
         "journal": {"seq": journal.seq, "hash": journal.head}, "session_id": session_id,
-        "sandbox": {"backend": backend, "key": key}, "files": _image_files(folder / IMAGE),
+        "sandbox": {"backend": backend, "key": key}, "files": _image_files(folder / IMAGE), "sealed": sealed,
     }
     if lineage is not None:
         body["lineage"] = lineage
@@ -238,9 +249,10 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         raise SessionError(f"{manifest} is not a checkpoint manifest (not JSON with a mac); it was altered") from None
     made_as = signed.get("format")
     if isinstance(made_as, int) and made_as < FORMAT:
-        raise SessionError(f"{folder} is a checkpoint of format {str(signed.get('format'))[:10]}, which kept the "
-                           f"gate's secrets in plaintext; this cellgate reads format {FORMAT} only: it is not "
-                           "resumed (delete it, and pause the session again to resume it later)")
+        what = "the gate's secrets and the kernel's memory" if made_as < 2 else "the kernel's memory (its image)"
+        raise SessionError(f"{folder} is a checkpoint of format {made_as}, which kept {what} in plaintext; this "
+                           f"cellgate reads format {FORMAT} only: it is not resumed (delete it, and pause the "
+                           "session again to resume it later)")
     if signed.get("format") != FORMAT or signed.get("cellgate") != _version():
         raise SessionError(f"{folder} was made by cellgate {str(signed.get('cellgate'))[:40]} (checkpoint format "
                            f"{str(signed.get('format'))[:10]}); this is cellgate {_version()}: resume it with the "
@@ -262,15 +274,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def _checkpoint(folder: Path, body: dict[str, Any], digest: str, known: dict[str, str]) -> Checkpoint:
-    sandbox = body["sandbox"]
+    sandbox, checkpoint_id = body["sandbox"], str(body["id"])
+    sealed_as = checkpoint_id if body.get("sealed") is True else None
     return Checkpoint(folder, body["kind"], Path(body["notebook"]), dict(body["journal"]), str(body["session_id"]),
-                      Restore(str(folder / IMAGE), str(sandbox["key"])), str(body["id"]), digest, known,
+                      Restore(str(folder / IMAGE), str(sandbox["key"]), sealed_as), checkpoint_id, digest, known,
                       body.get("lineage") if isinstance(body.get("lineage"), dict) else None)
 
 
 # --------------------------------------------------------------------------------------------------- the session
 async def _save(session: Live, folder: Path, leave_running: bool) -> tuple[str, str]:
-    """Pause the session's kernel and save its sandbox into ``folder``; returns (backend, configuration key)."""
+    """Pause the session's kernel and save its sandbox into ``folder`` (the run root's: the image is plaintext);
+    returns (backend, configuration key)."""
     provisioner = session.provisioner
     started, handle = provisioner.started, provisioner.handle
     assert handle is not None  # checked by require_checkpoints
@@ -306,13 +320,29 @@ async def pause(session: Live, path: str | Path | None) -> Checkpoint:
     recorder = session.recorder
     notebook = recorder.notebook_path
     folder = new_folder(Path(path) if path is not None else notebook.with_name(notebook.stem + ".checkpoint"))
-    backend, key = await _save(session, folder, leave_running=False)
-    known, lineage = session.provisioner.gate.secrets.known(), session.provisioner.gate.lineage.record()
-    session_id, checkpoint_id = session.provisioner.started.session_id, secrets.token_hex(8)
+    work = sealed_image.work_folder()
+    try:
+        backend, key = await _save(session, work, leave_running=False)
+        known, lineage = session.provisioner.gate.secrets.known(), session.provisioner.gate.lineage.record()
+        session_id, checkpoint_id = session.provisioner.started.session_id, secrets.token_hex(8)
+        await asyncio.to_thread(_seal_into, work / IMAGE, folder, checkpoint_id)
+    except BaseException:
+        remove_tree_quietly(folder)
+        raise
+    finally:
+        remove_tree_quietly(work)  # the plaintext never stays
     session.provisioner.ending = ("session-paused", {"checkpoint": checkpoint_id})
     await session.shutdown()
     return write_manifest(folder, "pause", checkpoint_id, notebook=notebook, journal=recorder.journal,
                           session_id=session_id, backend=backend, key=key, secrets=known, lineage=lineage)
+
+
+def _seal_into(plain: Path, folder: Path, checkpoint_id: str) -> None:
+    try:
+        sealed_image.seal(plain, folder / IMAGE, checkpoint_id)
+    except OSError as exc:
+        raise SessionError(f"the checkpoint's image could not be sealed into {folder / IMAGE}: "
+                           f"{exc.strerror or exc}; the checkpoint is not written") from None
 
 
 async def fork(session: Live, count: int | None, path: str | Path | None) -> Checkpoint:
@@ -326,15 +356,27 @@ async def fork(session: Live, count: int | None, path: str | Path | None) -> Che
     require_checkpoints(session)
     recorder = session.recorder
     notebook = recorder.notebook_path
-    folder = new_folder(Path(path) if path is not None else fork_path(notebook, ".checkpoint"))
-    backend, key = await _save(session, folder, leave_running=True)
+    kept = new_folder(Path(path)) if path is not None else None
+    work = sealed_image.work_folder()  # nobody keeps it: the run root's, never a folder beside the record
     checkpoint_id = secrets.token_hex(8)
+    try:
+        backend, key = await _save(session, work, leave_running=True)
+        if kept is not None:
+            await asyncio.to_thread(_seal_into, work / IMAGE, kept, checkpoint_id)
+    except BaseException:
+        remove_tree_quietly(work)
+        if kept is not None:
+            remove_tree_quietly(kept)
+        raise
     recorder.event("session-forked", forks=count, checkpoint=checkpoint_id, sync=True)
     recorder.write_notebook()
-    return write_manifest(folder, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
+    made = write_manifest(kept or work, "fork", checkpoint_id, notebook=notebook, journal=recorder.journal,
                           session_id=session.provisioner.started.session_id, backend=backend, key=key,
                           secrets=session.provisioner.gate.secrets.known(),
-                          lineage=session.provisioner.gate.lineage.record())
+                          lineage=session.provisioner.gate.lineage.record(), sealed=kept is not None)
+    # Its forks restore from the plaintext in the run root (never unsealed again); ``discard`` removes it.
+    return replace(made, restore=replace(made.restore, image=str(work / IMAGE), sealed_as=None),
+                   plain_image=work / IMAGE if kept is not None else None, kept=kept is not None)
 
 
 FORK_NAMES = 10_000  # fork numbers tried per root notebook, at most

@@ -58,8 +58,7 @@ class Pool:
         until the pool closes; then it is deleted (default: beside the notebook) or kept (``path``)."""
         checkpoint = await live.fork(session, None, path)
         pool = cls(size, max_sessions=max_sessions, acquire_timeout=acquire_timeout)
-        if path is None:
-            pool._checkpoint = checkpoint
+        pool._checkpoint = checkpoint  # its plaintext goes at close (a folder ``path`` named stays, sealed)
         lineage, limit = session.provisioner.gate.lineage, session.policy.max_calls_per_session
         pool._make = lambda _options, number: session._forked(  # each draws on the session's budgets (its lineage)
             live.fork_options(checkpoint, session.launch_options, number, None, lineage,

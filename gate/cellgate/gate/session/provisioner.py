@@ -22,7 +22,7 @@ import threading
 import uuid
 import warnings
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from cellgate.gate.calls.sources import ToolSource, close_sources, configured_so
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest
 from cellgate.gate.sandbox.backends import load_backend
+from cellgate.gate.session import sealed_image
 from cellgate.gate.session.bounds import HostBounds
 from cellgate.gate.session.launch import (
     LaunchOptions,
@@ -185,7 +186,7 @@ class GVisorProvisioner(LocalProvisioner):
             notebook_path = options.notebook.resolve()
             refuse_existing(notebook_path)  # the user's path: an earlier record there is never written over
         else:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             notebook_path = settings.resolve(settings.audit.dir) / f"{stamp}-{session_id[:8]}.ipynb"
         recorder = options.recorder_factory(notebook_path, metadata, open_journal=options.journal_factory)
         for source in sources:
@@ -219,20 +220,29 @@ class GVisorProvisioner(LocalProvisioner):
         layer = started.packages.layer if started.packages is not None else None
         request = SandboxRequest.from_settings(started.settings.sandbox, started.tools_files, secrets.token_hex(32),
                                                started.session_id, package_layer=str(layer) if layer else None)
+        plain = None
         if self._launches == 0 and self.options.restore is not None:
-            request = replace(request, restore=self.options.restore)
+            restore = self.options.restore
+            if restore.sealed_as is not None:  # a kept checkpoint: in plaintext only in the run root, only now
+                plain = await asyncio.to_thread(sealed_image.unseal, Path(restore.image), restore.sealed_as)
+                restore = replace(restore, image=str(plain), sealed_as=None)
+            request = replace(request, restore=restore)
         self._launches += 1
-        handle = self.handle = await self._start_sandbox(started.backend, request)
+        handle = self.handle = await self._start_sandbox(started.backend, request, plain)
         started.service.attach(handle)
         self.process = handle.process
         self.pid = handle.process.pid if handle.process else None
         return self.connection_info.copy()
 
-    async def _start_sandbox(self, backend: SandboxBackend, request: SandboxRequest) -> SandboxHandle:
+    async def _start_sandbox(self, backend: SandboxBackend, request: SandboxRequest,
+                             plain: Path | None = None) -> SandboxHandle:
         """``backend.start`` in a thread; a sandbox that starts after the launch was given up is deleted (by a task
-        the provisioner owns: ``cleanup`` awaits it and raises its failure)."""
+        the provisioner owns: ``cleanup`` awaits it and raises its failure). ``plain``: an unsealed image the
+        start restores from, removed when the start ends (restored: runsc holds what it still reads; or failed)."""
         context = contextvars.copy_context()  # as asyncio.to_thread carries it
         starting = asyncio.get_running_loop().run_in_executor(_starts, context.run, backend.start, request)
+        if plain is not None:
+            starting.add_done_callback(lambda _: sealed_image.release(plain))
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:

@@ -337,9 +337,8 @@ class Session:
                                                     {"lineage": share.id, "share": budget, "left": share.left(limit)}))
                      for number, share in enumerate(shares, 1)]
             started = await asyncio.gather(*(f.start() for f in forks), return_exceptions=True)
-        finally:
-            if path is None:  # no session starts from it again: the kernel's memory does not stay on disk
-                live.discard(checkpoint)
+        finally:  # no session starts from it again: its plaintext goes (a folder ``path`` named stays, sealed)
+            live.discard(checkpoint)
         failures = [r for r in started if isinstance(r, BaseException)]
         if failures:
             await asyncio.gather(*(f.shutdown() for f in forks), return_exceptions=True)
