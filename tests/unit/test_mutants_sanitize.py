@@ -232,3 +232,27 @@ def test_sanitize_output_touches_display_and_results_only() -> None:
     assert trusted["data"] == {"x/y": 1} and trusted["metadata"] == {}
     error = {"output_type": "error", "data": {"x/y": 1}}
     assert sanitize_output(error) is error
+
+
+def test_untrusted_markdown_cleans_like_an_output() -> None:
+    body, removed = untrusted_markdown('[m](mailto:a@b) a<!-- c -->b <style>s{}</style> x')
+    assert 'href="mailto:a&#64;b" rel="noopener noreferrer nofollow"' in body
+    assert "<!--" not in body and "s&#123;&#125;" not in body and removed == ["a <style> element"]
+
+
+def test_keys_of_any_type_are_sorted_as_text_and_a_trusted_type_does_not_end_the_bundle() -> None:
+    data, _, notes = sanitize_bundle({1: "x", "a/b": "y", "text/plain": "p"}, trusted=["a/b"])
+    assert data == {"a/b": "y", "text/plain": "p\n" + REMOVED_NOTE.format("1")}
+    assert notes == [{"mime": "1", "action": "removed"}]
+
+
+def test_a_forgery_with_a_removed_type_says_both_on_their_own_lines() -> None:
+    data, _, _ = sanitize_bundle({"application/vnd.cellgate.x": 1, "x/y": 2})
+    assert data["text/plain"].split("\n")[0] == REMOVED_NOTE.format("x/y")
+    assert data["text/plain"].split("\n")[1].startswith("[cellgate: the kernel sent this output")
+
+
+def test_sanitize_output_keeps_the_metadata_of_what_stays() -> None:
+    out = sanitize_output({"output_type": "display_data", "data": {"text/plain": "p"},
+                           "metadata": {"text/plain": {"m": 1}}})
+    assert out["metadata"] == {"text/plain": {"m": 1}}
