@@ -153,6 +153,7 @@ def test_the_schema_defaults_are_what_the_tool_rules_and_record_see() -> None:
     later = tool("u", lambda **kw: seen.append(kw) or kw, schema)
     d.tool_added(later)
     d.registry.add(later)
+    assert serve(d, "u", call_id="c2").reply.result == {"n": 3} and seen == [{"n": 3}]
     assert error(serve(d, "u", {"n": "x"}, "c3")) == ("invalid", "tool 'u': argument n: 'x' is not of type 'integer'")
 
 
