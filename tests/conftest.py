@@ -111,7 +111,8 @@ def tier_of(path: Path) -> str:
 
 # scripts/test runs the suite on pytest-xdist workers with --dist loadgroup: one group's tests run on one worker, one
 # after another, and the run fails if they did not (tests/xdist_grouping.py schedules and checks the groups).
-pytest_plugins = ["xdist_grouping"]
+# A skip in the sandbox tiers fails the run unless tests/allowed_skips.txt lists it with a reason (skip_list.py).
+pytest_plugins = ["xdist_grouping", "skip_list"]
 
 
 @pytest.hookimpl(tryfirst=True)  # the markers are there for -m and for the xdist groups (read when collection ends)
