@@ -32,6 +32,7 @@ import pytest
 from cellgate.gate._errors import CellgateError
 from cellgate.gate.sandbox.environment import PACKAGES_DIR, WORKSPACE
 from cellgate.gate.sandbox.local import oci
+from cellgate.gate.sandbox.runtime_dir import run_root
 from cellgate.gate.testing import BlockingSession
 from tests.security.test_socket_folder import Sentinel, given_away
 
@@ -122,15 +123,12 @@ def config(folder: Path, workspace: Path | None = None) -> Path:
 
 
 def layer_of(box: BlockingSession) -> Path:
-    """The session's package layer on the host: the source of the bind at PACKAGES_DIR in its runsc bundle."""
-    found = subprocess.run(["pgrep", "-a", "-f", "runsc.*--bundle"], capture_output=True, text=True).stdout
-    for line in found.splitlines():
-        bundle = line.split("--bundle", 1)[1].split()[0].lstrip("=")
-        spec = json.loads((Path(bundle) / "config.json").read_text())
-        for mount in spec["mounts"]:
-            if mount["destination"] == PACKAGES_DIR and box.execute("print(1)", timeout=STEP_WAIT).status == "ok":
-                return Path(mount["source"])
-    raise AssertionError(f"no runsc bundle binds {PACKAGES_DIR}: {found}")
+    """The session's package layer on the host: this test run's run root holds this session's alone (one test
+    at a time; other processes' sandboxes have run roots of their own)."""
+    assert box.execute("print(1)", timeout=STEP_WAIT).status == "ok"
+    layers = list((run_root() / "packages").iterdir())
+    assert len(layers) == 1, layers
+    return layers[0]
 
 
 def only_the_hosts(layer: Path) -> list[str]:
