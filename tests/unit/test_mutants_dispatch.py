@@ -421,3 +421,11 @@ def test_close_leaves_no_call_behind_when_none_runs() -> None:
     d = gate(tool("t", lambda: 1))
     serve(d)
     assert d.close() == [] and d.withdraw("k1", "ended") == []
+
+
+def test_secret_arguments_noted_before_the_call_are_scrubbed_from_then_on() -> None:
+    d = gate(tool("t", lambda: 1), tools={"t": {"secrets": ["token"]}})
+    d.note_secret_args("t", {"token": "abc-secret-1", "other": "plain-value"})
+    d.note_secret_args("u", {"token": "other-secret-2"})
+    said = d.secrets.scrub_text("abc-secret-1 plain-value other-secret-2")
+    assert "abc-secret-1" not in said and "plain-value other-secret-2" in said
