@@ -33,6 +33,7 @@ from cellgate.gate._errors import CellgateError
 from cellgate.gate.sandbox.environment import PACKAGES_DIR, WORKSPACE
 from cellgate.gate.sandbox.local import oci
 from cellgate.gate.sandbox.runtime_dir import run_root
+from cellgate.gate.session.sync import SyncSession
 from cellgate.gate.testing import BlockingSession
 from tests.security.test_socket_folder import Sentinel, given_away
 
@@ -72,7 +73,7 @@ print(repr(outcome))
 """
 
 
-def plant(box: BlockingSession, folder: str, kind: str, target: Path, source: str, names: list[str]) -> dict[str, str]:
+def plant(box: SyncSession, folder: str, kind: str, target: Path, source: str, names: list[str]) -> dict[str, str]:
     planted = box.execute(PLANT.format(folder=folder, kind=kind, target=str(target), source=source, names=names),
                           timeout=STEP_WAIT)
     assert planted.status == "ok", planted.error
@@ -122,7 +123,7 @@ def config(folder: Path, workspace: Path | None = None) -> Path:
     return path
 
 
-def layer_of(box: BlockingSession) -> Path:
+def layer_of(box: SyncSession) -> Path:
     """The session's package layer on the host: this test run's run root holds this session's alone (one test
     at a time; other processes' sandboxes have run roots of their own)."""
     assert box.execute("print(1)", timeout=STEP_WAIT).status == "ok"
@@ -142,7 +143,7 @@ def only_the_hosts(layer: Path) -> list[str]:
     return strange
 
 
-def install(box: BlockingSession) -> None:
+def install(box: SyncSession) -> None:
     installed = box.execute("%pip install good", timeout=STEP_WAIT)
     assert installed.ok, installed.text
 
