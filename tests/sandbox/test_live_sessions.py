@@ -151,7 +151,7 @@ def test_a_trial_runs_in_a_fork_and_is_kept_or_discarded_with_the_record_saying_
     result = asyncio.run(scenario())
     assert (result["after_discard"], result["after_keep"]) == ("10\n", "11\n")
     original = tmp_path / "run.ipynb"
-    assert result["notebook"] == tmp_path / "run.fork-1-2.ipynb"  # the session goes on in the kept fork's notebook
+    assert result["notebook"] == tmp_path / "run.fork-2.ipynb"  # the session goes on in the kept fork's notebook (fork 2: the next free number)
     record = events(original)
     assert record.count("session-forked") == 2
     assert [e for e in record if e.startswith("trial-")] == ["trial-discarded", "trial-kept"]

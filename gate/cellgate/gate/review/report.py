@@ -35,6 +35,7 @@ from cellgate.gate.audit.calls_view import approver_html, calls_table, is_host_o
 from cellgate.gate.audit.notebook_file import load_notebook
 from cellgate.gate.review import timeline
 from cellgate.gate.review.run_view import CellView, RunView, read_run
+from cellgate.gate.review.show import continued_chain
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
        "frame-src 'none'; object-src 'none'; script-src 'none'; connect-src 'none'")
@@ -157,6 +158,25 @@ def _header(run: RunView, path: Path) -> str:
 def render(path: Path) -> str:
     nb = load_notebook(path)
     run = read_run(nb, path.name)
+    body = _cells_body(path, nb, run)
+    chain, problem = continued_chain(path, run)  # a kept trial's session goes on in these notebooks
+    for here, view in chain:
+        body += (f"<h2>The session goes on in {html_text(here.name)} ({len(view.cells)} cells)</h2>"
+                 + _cells_body(here, load_notebook(here), view))
+    if problem:
+        body += f'<p class="problem"><b>The chain stops:</b> {html_text(problem)}</p>'
+    pygments_css = HtmlFormatter().get_style_defs(".highlight")
+    calls = run.calls
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta name="referrer" content="no-referrer"><title>cellgate run {html_text(path.name)}</title>'
+            f"<style>{STYLE}{timeline.STYLE}{pygments_css}</style></head><body><h1>cellgate run: {html_text(path.name)}</h1>"
+            f"{_header(run, path)}{_summary_tables(calls) if calls else ''}{_approvals(run)}"
+            f"{timeline.timeline(run, html_text)}<h2>Cells</h2>{body}</body></html>\n")
+
+
+def _cells_body(path: Path, nb: Any, run: RunView) -> str:
+    """The HTML of a notebook's cells, each code cell followed by its calls section."""
     marker = f"CELLGATECALLS{secrets.token_hex(8)}X"
     shown = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python"}})
     sections: dict[str, str] = {}
@@ -179,14 +199,7 @@ def render(path: Path) -> str:
                           "notebook, or was it edited? `cellgate verify` compares it with its journal") from None
     for key, section in sections.items():
         body = body.replace(key, section)
-    pygments_css = HtmlFormatter().get_style_defs(".highlight")
-    calls = run.calls
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="referrer" content="no-referrer"><title>cellgate run {html_text(path.name)}</title>'
-            f"<style>{STYLE}{timeline.STYLE}{pygments_css}</style></head><body><h1>cellgate run: {html_text(path.name)}</h1>"
-            f"{_header(run, path)}{_summary_tables(calls) if calls else ''}{_approvals(run)}"
-            f"{timeline.timeline(run, html_text)}<h2>Cells</h2>{body}</body></html>\n")
+    return str(body)
 
 
 def write_report(path: Path, output: Path) -> Path:

@@ -7,6 +7,7 @@ long values are shown head and tail. ``--json`` prints the same facts for script
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,48 @@ def fork_notebooks(path: Path, checkpoint: str) -> list[str]:
         if cs.as_dict(meta.get("forked_from")).get("checkpoint") == checkpoint:
             found.append(sibling.name)
     return found
+
+
+CHAIN_READ = 50  # notebooks a kept trial's continued_in chain is followed through, at most
+
+
+def _plain_notebook(name: str) -> bool:
+    return (name.endswith(".ipynb") and name.isprintable() and "/" not in name and "\\" not in name
+            and not name.startswith("."))
+
+
+def continued_chain(path: Path, run: RunView) -> tuple[list[tuple[Path, RunView]], str | None]:
+    """The notebooks the session of ``path`` went on in, in order (each record ending ``session-ended`` with
+    ``continued_in``, as a kept trial leaves its parent), and why the chain stops early, if it does. Only a plain
+    ``*.ipynb`` name beside ``path`` is followed (never a path the record names elsewhere), only to a notebook
+    whose own record says it continues the one before (``session-continued``), at most ``CHAIN_READ`` of them,
+    each read as ``show`` reads any notebook. The notebooks are not verified here: ``cellgate verify`` checks the
+    links against the signed journals."""
+    found: list[tuple[Path, RunView]] = []
+    seen, here, current = {path.name}, path, run
+    while True:
+        ended = [n for n in current.notes if n.kind == "session-ended" and n.notebooks]
+        if not ended:
+            return found, None
+        name = ended[-1].notebooks[0]
+        if not _plain_notebook(name):
+            return found, (f"{here.name} says the session goes on in {_field(name, 200)!r}, which is not a plain "
+                           "notebook name beside it; it is not followed")
+        if name in seen:
+            return found, f"{here.name} says the session goes on in {name}, a notebook already shown; not followed"
+        if len(found) >= CHAIN_READ:
+            return found, f"the chain goes on past {CHAIN_READ} notebooks; `cellgate show {name}` goes on from there"
+        nxt = here.with_name(name)
+        try:
+            view = read(nxt)
+        except (ConfigError, OSError) as exc:
+            return found, f"{here.name} says the session goes on in {name}, which cannot be read: {_field(exc, 300)}"
+        if not any(n.kind == "session-continued" and here.name in n.notebooks for n in view.notes):
+            return found, (f"{here.name} says the session goes on in {name}, whose record does not say it continues "
+                           f"{here.name}; it is not followed (`cellgate verify` checks the links)")
+        found.append((nxt, view))
+        seen.add(name)
+        here, current = nxt, view
 
 
 def where_to(note: Note, path: Path) -> tuple[str, ...]:
@@ -286,14 +329,27 @@ def show(path: Path, console: Console | None = None, *, cell: int | None = None,
         if chosen.calls:
             printer.console.print(_tool_table(chosen.calls))
         return int(chosen.status != "ok")
-    printer.cells_table(run, path)
-    for each in run.cells:
-        if each.error or each.calls or each.late_outputs:
-            printer.cell_details(each, calls, program=False)
-    printer.totals(run)
+    chain, problem = continued_chain(path, run)
+    not_ok = 0
+    for here, view in [(path, run), *chain]:
+        if here is not path:
+            printer.line(("the session goes on in ", "bold cyan"), (_field(here.name), "bold"),
+                         f" ({len(view.cells)} cells)")
+        printer.cells_table(view, here)
+        for each in view.cells:
+            if each.error or each.calls or each.late_outputs:
+                printer.cell_details(each, calls, program=False)
+        not_ok += sum(each.status != "ok" for each in view.cells)
+    if problem:
+        printer.line(("the chain stops: ", "bold red"), problem)
+    if chain:
+        printer.line(f"read in order: {' -> '.join(_field(p.name, 200) for p in [path, *(h for h, _ in chain)])} "
+                     f"({sum(len(v.cells) for _, v in [(path, run), *chain])} cells)")
+    printer.totals(replace(run, cells=[c for v in [run, *(v for _, v in chain)] for c in v.cells]))  # the chain's
     printer.agent(run)
-    return sum(each.status != "ok" for each in run.cells)
+    return not_ok
 
 
-__all__ = ["CALLS_SHOWN", "NOTE_LABELS", "approval_text", "calls_listed", "fork_notebooks", "where_to",
+__all__ = ["CALLS_SHOWN", "CHAIN_READ", "NOTE_LABELS", "approval_text", "calls_listed", "continued_chain",
+           "fork_notebooks", "where_to",
            "read", "select_cell", "show"]

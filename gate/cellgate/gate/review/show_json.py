@@ -13,7 +13,10 @@
      "cells": [{"cell", "kind", "status", "title", "started", "ended", "seconds", "limits_hit",
                 "error": {"ename", "evalue"} | null, "late_outputs", "late_calls",
                 "calls_total", "calls_left_out", "calls": [CALL, ...]}],
-     "agent": {"model", "mode", "turns", "ended", "usage"} | null}
+     "agent": {"model", "mode", "turns", "ended", "usage"} | null,
+     # where a kept trial's session went on (show.continued_chain), each notebook's cells in order; left out
+     # with --cell. chain_problem: why the chain stops early (null: it ends where the session ended)
+     "continued_in": [{"notebook", "cells": [...]}], "chain_problem": str | null}
     CALL = {"seq", "tool", "started", "duration_ms", "decision", "outcome", "rule", "args", "args_sha256",
             "error": {"exception", "kind", "message"} | null,
             "approval": {"approver", "requested", "answered", "waited_s", "reason"} | null,
@@ -36,8 +39,8 @@ from typing import Any
 
 from cellgate.gate._terminal import head_and_tail, value_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.review.run_view import CellView
-from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, read, select_cell, where_to
+from cellgate.gate.review.run_view import CellView, RunView
+from cellgate.gate.review.show import CALLS_SHOWN, calls_listed, continued_chain, read, select_cell, where_to
 
 FORMAT = "cellgate.show/1"
 USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -91,6 +94,16 @@ def _cell_json(cell: CellView, limit: int | None) -> dict[str, Any]:
     }
 
 
+def _continued(path: Path, run: RunView, calls: int | None, whole: bool) -> dict[str, Any]:
+    """The notebooks a kept trial's session went on in (``show.continued_chain``), their cells in order."""
+    if not whole:
+        return {}
+    chain, problem = continued_chain(path, run)
+    return {"continued_in": [{"notebook": head_and_tail(p.name, 300), "cells": [_cell_json(c, calls) for c in v.cells]}
+                             for p, v in chain],
+            "chain_problem": problem}
+
+
 def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_SHOWN) -> dict[str, Any]:
     """What ``cellgate show --json`` prints (the shape is in the module's docstring)."""
     run = read(path)
@@ -122,6 +135,7 @@ def json_view(path: Path, *, cell: int | None = None, calls: int | None = CALLS_
                    "notebooks": [head_and_tail(name, 300) for name in where_to(n, path)], "forks": n.forks}
                   for n in run.notes],
         "cells": [_cell_json(c, calls) for c in ([chosen] if chosen is not None else run.cells)],
+        **_continued(path, run, calls, chosen is None),
         "agent": None if not agent else {
             "model": _string(agent.get("model")), "mode": _string(agent.get("mode")),
             "turns": len(cs.as_list(agent.get("turns"))),
