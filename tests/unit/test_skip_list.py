@@ -76,5 +76,5 @@ def test_the_suites_list_reads_and_names_tests_that_exist() -> None:
 
     for pattern, reason in read_allowed(ALLOWED):
         path = TESTS.parent / pattern.split("::", 1)[0]
-        assert path.is_file() and pattern.split("::", 1)[1].split("[", 1)[0] in path.read_text(), pattern
+        assert path.is_file() and pattern.split("::")[1].split("[", 1)[0] in path.read_text(), pattern
         assert reason
