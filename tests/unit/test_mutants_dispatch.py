@@ -10,17 +10,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json
-from cellgate.gate.calls.approval import AllowApprover, args_digest
+from cellgate.gate.calls.approval import (AllowApprover, ApprovalAnswer, ApprovalRequest, Approver, CallbackApprover,
+                                          args_digest)
+from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.dispatch import REFUSED_BEFORE_RULES, CallScope, Dispatcher, Outcome, Refused
+from cellgate.gate.calls.observer import CallSpan
 from cellgate.gate.calls.policy import CellCounts, Policy
 from cellgate.gate.calls.protocol import CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.calls.tool_threads import Running
 from cellgate.gate.session.cells.refusals import RefusalLedger
 
 OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
@@ -429,3 +434,255 @@ def test_secret_arguments_noted_before_the_call_are_scrubbed_from_then_on() -> N
     d.note_secret_args("u", {"token": "other-secret-2"})
     said = d.secrets.scrub_text("abc-secret-1 plain-value other-secret-2")
     assert "abc-secret-1" not in said and "plain-value other-secret-2" in said
+
+
+# ---------------------------------------------------------------- approvals: what the desk is asked, and told
+
+class Clock:
+    """A cell clock that says when it was paused and resumed."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def pause(self) -> None:
+        self.said.append("pause")
+
+    def resume(self) -> None:
+        self.said.append("resume")
+
+
+class Notices:
+    def __init__(self) -> None:
+        self.shown: list[Waiting] = []
+
+    def show(self, notice: Waiting) -> None:
+        self.shown.append(notice)
+
+
+class Observer:
+    """The session's observer, as the telemetry is one: what the dispatcher tells it."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[str, int]] = []
+        self.started: list[tuple[Any, str, str, str]] = []
+        self.ended: list[CallRecord] = []
+        observer = self
+
+        class Span(CallSpan):
+            def ids(self) -> dict[str, str] | None:
+                return {"trace_id": "T", "span_id": "P"}
+
+            def ended(self, record: CallRecord) -> None:
+                observer.ended.append(record)
+
+        self.span = Span()
+
+    def call_started(self, cell: object, tool: str, call_id: str, origin: str) -> CallSpan:
+        self.started.append((cell, tool, call_id, origin))
+        return self.span
+
+    def approvals_waiting(self, tool: str, change: int) -> None:
+        self.waiting.append((tool, change))
+
+
+def test_an_approval_is_asked_for_the_tool_rule_cell_clock_notices_and_principal() -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def answer(request: ApprovalRequest) -> ApprovalAnswer:
+        asked.append(request)
+        return ApprovalAnswer("allow", "person", "fine", 1.0)
+
+    d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal(), session_id="S",
+                   policy=Policy.model_validate({"default": "approve"}), approver=CallbackApprover(answer))
+    d.principal = "alice"
+    observer = Observer()
+    d.telemetry = observer
+    clock, notices = Clock(), Notices()
+    outcome = serve(d, where=scope(clock=clock, notices=notices))
+    assert outcome.reply.ok and outcome.record.decision == "approved"
+    [request] = asked
+    assert (request.id, request.tool, request.seq, request.principal) == ("S-1", "t", 1, "alice")
+    assert clock.said == ["pause", "resume"]
+    assert [(n.cell, n.tool, n.seq, n.outcome) for n in notices.shown] == [("k1", "t", 1, None),
+                                                                             ("k1", "t", 1, "approved")]
+    assert observer.waiting == [("t", 1), ("t", -1)]
+    assert observer.started == [("CELL", "t", "c1", "code")] and observer.ended == [outcome.record]
+    assert outcome.record.trace == {"trace_id": "T", "span_id": "P"}
+
+
+def test_a_refused_approval_names_the_rule_that_asked_for_it() -> None:
+    d = gate(tool("t", lambda: 1), tools={"t": {"rules": [{"when": {"arg": "n", "equals": 1}, "decision": "approve",
+                                                            "name": "one"}]}})
+    observer = Observer()
+    d.telemetry = observer
+    outcome = serve(d, args={"n": 1})
+    assert error(outcome) == ("denied", "tool 't' was denied by approver deny; the policy required approval (rule "
+                                        "tools.t.rules[0] (one)): no approver is configured ([policy] approver = "
+                                        "'deny')")
+    assert (outcome.record.decision, outcome.record.rule) == ("approval-denied", "tools.t.rules[0] (one)")
+    assert observer.waiting == [("t", 1), ("t", -1)]  # told it ended, though refused
+
+
+def test_a_call_of_a_cell_already_withdrawn_is_not_asked_and_says_why() -> None:
+    asked: list[ApprovalRequest] = []
+    d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal(), session_id="S",
+                   policy=Policy.model_validate({"default": "approve"}),
+                   approver=CallbackApprover(lambda request: asked.append(request) or True))
+    assert d.withdraw("k1", "interrupted") == []
+    outcome = serve(d)
+    assert error(outcome) == ("denied", "tool 't' was waiting for approval (policy rule default) when its cell ended "
+                                        "(interrupted); the request was withdrawn and the tool was not run")
+    assert outcome.record.decision == "approval-withdrawn" and asked == []
+    other = serve(d, call_id="c2", where=CallScope(cell="CELL", msg_id="m2", key="k2", source=""))
+    assert other.reply.ok and len(asked) == 1  # another cell's call is asked for
+
+
+def test_withdraw_hands_back_the_requests_the_ended_cell_waits_for() -> None:
+    waiting = asyncio.Event()
+    d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal(), session_id="S",
+                   policy=Policy.model_validate({"default": "approve"}))
+
+    class Holding(Approver):
+        name = "holding"
+        withdrawn: list[tuple[str, str]] = []
+
+        async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+            waiting.set()
+            await asyncio.Event().wait()
+            raise AssertionError("never answered")
+
+        def withdraw(self, request: ApprovalRequest, reason: str) -> None:
+            self.withdrawn.append((request.id, reason))
+
+    d.approvals.approver = Holding()
+
+    async def run() -> tuple[Outcome, list[ApprovalRequest], list[ApprovalRequest]]:
+        call = asyncio.ensure_future(d.serve(CallRequest(id="c1", tool="t", args={}), scope()))
+        await waiting.wait()
+        other = d.withdraw("k2", "ended")
+        gone = d.withdraw("k1", "ended")
+        return await call, other, gone
+
+    outcome, other, gone = asyncio.run(run())
+    assert other == [] and [r.id for r in gone] == ["S-1"] and Holding.withdrawn == [("S-1", "ended")]
+    assert error(outcome)[1].endswith("when its cell ended (ended); the request was withdrawn and the tool was not run")
+
+
+# ---------------------------------------------------------------- the lineage ledger, the policy's clock and counts
+
+def test_a_lineage_ledger_that_cannot_be_used_makes_the_call_unavailable() -> None:
+    ran: list[int] = []
+    d = gate(tool("t", lambda: ran.append(1)))
+    d.lineage.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d.lineage.path.mkdir()  # a folder where the ledger's file belongs
+    try:
+        outcome = serve(d)
+    finally:
+        d.lineage.path.rmdir()
+    assert error(outcome) == ("unavailable", "tool 't' was not run: the lineage's budget ledger cannot be used "
+                                             "(<host path> is not a regular file of this user; the lineage ledger "
+                                             "is not used)")  # the path redacted
+    assert ran == [] and d.counters.session == 0
+
+
+def test_a_rate_limit_is_decided_and_counted_on_the_gates_clock() -> None:
+    d = gate(tool("t", lambda: 1), tools={"t": {"rate": "1/hour"}})
+    assert serve(d).reply.ok
+    assert error(serve(d, call_id="c2")) == ("rate_limited", "tool 't' refused: rate limit 1/hour reached for 't' "
+                                                             "(rule tools.t.rate)")
+
+
+def test_the_cells_own_counts_are_what_its_budget_is_decided_and_counted_on() -> None:
+    d = gate(tool("t", lambda: 1), max_calls_per_cell=2)
+    counts = CellCounts()
+    assert serve(d, where=scope(counts=counts)).reply.ok
+    assert (counts.calls, counts.per_tool, d.counters.cell) == (1, {"t": 1}, 0)
+    assert error(serve(d, call_id="c2", where=scope(counts=CellCounts(calls=2)))) == (
+        "budget", "tool 't' refused: per-cell budget of 2 calls is used up (2 made) (rule max_calls_per_cell)")
+    assert serve(d, call_id="c3").reply.ok and d.counters.cell == 1  # the dispatcher's own cell still has room
+
+
+# ---------------------------------------------------------------- slots and deadlines
+
+def test_a_tool_without_a_policy_entry_has_eight_slots_and_the_policys_queue_bound() -> None:
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        started.append(1)
+        if len(started) <= 8:
+            await release.wait()
+
+    d = gate(tool("t", hold), max_queue_wait=0.01)
+
+    async def run() -> tuple[list[Outcome], Outcome]:
+        held = [asyncio.ensure_future(d.serve(CallRequest(id=f"h{n}", tool="t", args={}), scope())) for n in range(8)]
+        while len(started) < 8:
+            await asyncio.sleep(0)
+        ninth = await d.serve(CallRequest(id="ninth", tool="t", args={}), scope())
+        release.set()
+        return list(await asyncio.gather(*held)), ninth
+
+    held, ninth = asyncio.run(run())
+    assert all(o.reply.ok for o in held) and len(started) == 8
+    assert error(ninth) == ("busy", "tool 't' was not run: all 8 of its slots ([policy.tools.t] max_concurrency) "
+                                    "stayed taken for 0.01 s ([policy] max_queue_wait); the gate is busy, try again "
+                                    "later")
+
+
+def test_a_tool_entry_without_its_own_queue_bound_takes_the_policys() -> None:
+    release = asyncio.Event()
+    started: list[int] = []
+
+    async def hold() -> None:
+        started.append(1)
+        await release.wait()
+
+    d = gate(tool("t", hold), max_queue_wait=0.02, tools={"t": {"max_concurrency": 1}})
+
+    async def run() -> Outcome:
+        first = asyncio.ensure_future(d.serve(CallRequest(id="a", tool="t", args={}), scope()))
+        while not started:
+            await asyncio.sleep(0)
+        second = await d.serve(CallRequest(id="b", tool="t", args={}), scope())
+        release.set()
+        assert (await first).reply.ok
+        return second
+
+    assert "stayed taken for 0.02 s ([policy] max_queue_wait)" in error(asyncio.run(run()))[1]
+
+
+def test_a_blocking_tool_waits_for_the_sessions_threads_up_to_the_bound() -> None:
+    running, release = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        running.set()
+        release.wait(30)  # the test sets it; the bound only keeps a broken gate from hanging the run
+        return 1
+
+    d = Dispatcher(ToolRegistry([tool("t", hold)]), log=Journal(), session_id="S", max_workers=1,
+                   policy=Policy.model_validate({"default": "allow", "max_queue_wait": 0.01}))
+
+    async def run() -> tuple[Outcome, Outcome]:
+        first = asyncio.ensure_future(d.serve(CallRequest(id="a", tool="t", args={}), scope()))
+        await asyncio.to_thread(running.wait)
+        second = await d.serve(CallRequest(id="b", tool="t", args={}), scope())
+        release.set()
+        return await first, second
+
+    first, second = asyncio.run(run())
+    assert first.reply.ok
+    assert error(second) == ("busy", "tool 't' was not run: the session's tool threads stayed taken for 0.01 s "
+                                     "([policy] max_queue_wait); the gate is busy, try again later")
+
+
+def test_a_blocking_tool_past_its_deadline_times_out_and_is_left_behind_at_close() -> None:
+    release = threading.Event()
+    d = gate(tool("t", lambda: release.wait(30)))  # released below; the bound keeps a broken gate from hanging
+    d.call_timeout = 0.05
+    try:
+        outcome = serve(d)
+        assert error(outcome) == ("timeout", "tool 't' did not finish within 0.05 s")
+        assert d.close() == [Running(1, "c1", "t", outcome.record.started)]
+    finally:
+        release.set()
