@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 SANDBOX_ROOTS = (WORKSPACE, "/tmp")
 MAX_PATH_CHARS = 4096
 MAX_MESSAGE_CHARS = 500
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
-_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f`]+$")  # a path a notebook shows in a code span: one line, no backtick
+_DIGEST = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would let a trailing newline through
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f`]+\Z")  # a path a notebook shows in a code span: one line, no backtick
 FILE_EVENTS = ("file-uploaded", "file-downloaded")
 
 
@@ -250,6 +250,7 @@ def _failure(verb: str, path: str, answer: dict[str, Any], limit: int) -> Except
 def _relay_call(started: Started, coro: Any) -> asyncio.Future[Any]:
     relay = started.service
     if relay.loop is None:
+        coro.close()  # never awaited: closed here, not left for the garbage collector to warn of
         raise SessionError("the session's relay is not running; start the session")
 
     async def when_idle() -> Any:
