@@ -85,12 +85,13 @@ def open_verified(path: Path, digest: str, scratch: Path) -> IO[bytes]:
     except OSError as exc:
         raise PackageRefused(f"the wheel {path.name} (sha256 {digest}) is not in the wheel cache {path.parent.parent}"
                              f" ({exc.strerror}): replay it on the host that recorded the run") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises its own error for a folder
+        os.close(fd)
+        raise WheelRefused(f"the cached wheel {path} is not a regular file: nothing was installed; remove it and "
+                           "install again", wheel=path.name, code="changed", value="not a file")
     copy = tempfile.TemporaryFile(dir=scratch)
     try:
         with os.fdopen(fd, "rb") as source:
-            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-                raise WheelRefused(f"the cached wheel {path} is not a regular file: nothing was installed; remove it "
-                                   "and install again", wheel=path.name, code="changed", value="not a file")
             hashed = hashlib.sha256()
             while chunk := source.read(CHUNK):
                 hashed.update(chunk)
