@@ -346,37 +346,16 @@ def test_async_tools_run_on_the_loop_and_fail_alike() -> None:
 
 
 def test_a_tool_past_its_deadline_times_out() -> None:
-    async def forever() -> None:
-        await asyncio.Event().wait()
+    async def slow() -> str:
+        try:  # far past the deadline: a gate that set none gets "late", not the timeout
+            await asyncio.wait_for(asyncio.Event().wait(), NET)
+        except TimeoutError:
+            return "late"
+        raise AssertionError("never set")
 
-    d = gate(tool("t", forever))
+    d = gate(tool("t", slow))
     d.call_timeout = 0.05
     assert error(serve(d)) == ("timeout", "tool 't' did not finish within 0.05 s")
-
-
-def test_a_call_waits_for_a_slot_only_up_to_the_queue_bound() -> None:
-    release_holder: list[asyncio.Event] = []
-
-    async def wait_released() -> None:
-        release_holder.append(asyncio.Event())
-        await release_holder[0].wait()
-
-    d = gate(tool("t", wait_released), tool("u", lambda: 1), tools={"t": {"max_concurrency": 1,
-                                                                             "max_queue_wait": 0.01}})
-
-    async def run() -> tuple[Outcome, Outcome]:
-        first = asyncio.ensure_future(d.serve(CallRequest(id="a", tool="t", args={}), scope()))
-        while not release_holder:  # the first call runs: it holds the tool's one slot
-            await asyncio.sleep(0)
-        second = await d.serve(CallRequest(id="b", tool="t", args={}), scope())
-        release_holder[0].set()
-        return await first, second
-
-    first, second = asyncio.run(run())
-    assert first.reply.ok
-    assert error(second) == ("busy", ("tool 't' was not run: all 1 of its slots ([policy.tools.t] max_concurrency) "
-                                     "stayed taken for 0.01 s ([policy] max_queue_wait); the gate is busy, try "
-                                     "again later"))
 
 
 def test_results_that_are_not_json_types_are_converted_and_said() -> None:
@@ -604,52 +583,66 @@ def test_the_cells_own_counts_are_what_its_budget_is_decided_and_counted_on() ->
 
 # ---------------------------------------------------------------- slots and deadlines
 
+# How long a test waits for what a broken gate never does (a bound against hanging, never a synchronization): the
+# calls it waits for are started at once by a working gate.
+NET = 3.0
+
+
+class Holders:
+    """An async tool whose calls hold their slot until released; ``holding`` is set once ``count`` calls hold."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.started = count, 0
+        self.holding, self.release = asyncio.Event(), asyncio.Event()
+
+    async def hold(self) -> str:
+        self.started += 1
+        if self.started >= self.count:
+            self.holding.set()
+        await self.release.wait()
+        return "held"
+
+
+async def crowd(d: Dispatcher, holders: Holders) -> tuple[list[Outcome], Outcome]:
+    """``holders.count`` calls that hold their slots, and one more call while they do (released after it ends, or
+    after NET when the gate lets it wait on)."""
+    held = [asyncio.ensure_future(d.serve(CallRequest(id=f"h{n}", tool="t", args={}), scope()))
+            for n in range(holders.count)]
+    await asyncio.wait_for(holders.holding.wait(), NET)
+    extra = asyncio.ensure_future(d.serve(CallRequest(id="extra", tool="t", args={}), scope()))
+    await asyncio.wait({extra}, timeout=NET)
+    holders.release.set()
+    return list(await asyncio.gather(*held)), await extra
+
+
+def test_a_call_waits_for_a_slot_only_up_to_the_queue_bound() -> None:
+    holders = Holders(1)
+    d = gate(tool("t", holders.hold), max_queue_wait=0.05, tools={"t": {"max_concurrency": 1, "max_queue_wait": 0.01}})
+    held, extra = asyncio.run(crowd(d, holders))
+    assert [o.reply.result for o in held] == ["held"] and holders.started == 1
+    assert error(extra) == ("busy", ("tool 't' was not run: all 1 of its slots ([policy.tools.t] max_concurrency) "
+                                     "stayed taken for 0.01 s ([policy] max_queue_wait); the gate is busy, try "
+                                     "again later"))
+
+
 def test_a_tool_without_a_policy_entry_has_eight_slots_and_the_policys_queue_bound() -> None:
-    started: list[int] = []
-    release = asyncio.Event()
-
-    async def hold() -> None:
-        started.append(1)
-        if len(started) <= 8:
-            await release.wait()
-
-    d = gate(tool("t", hold), max_queue_wait=0.01)
-
-    async def run() -> tuple[list[Outcome], Outcome]:
-        held = [asyncio.ensure_future(d.serve(CallRequest(id=f"h{n}", tool="t", args={}), scope())) for n in range(8)]
-        while len(started) < 8:
-            await asyncio.sleep(0)
-        ninth = await d.serve(CallRequest(id="ninth", tool="t", args={}), scope())
-        release.set()
-        return list(await asyncio.gather(*held)), ninth
-
-    held, ninth = asyncio.run(run())
-    assert all(o.reply.ok for o in held) and len(started) == 8
-    assert error(ninth) == ("busy", "tool 't' was not run: all 8 of its slots ([policy.tools.t] max_concurrency) "
+    holders = Holders(8)
+    d = gate(tool("t", holders.hold), max_queue_wait=0.01)
+    held, extra = asyncio.run(crowd(d, holders))
+    assert [o.reply.result for o in held] == ["held"] * 8 and holders.started == 8
+    assert error(extra) == ("busy", "tool 't' was not run: all 8 of its slots ([policy.tools.t] max_concurrency) "
                                     "stayed taken for 0.01 s ([policy] max_queue_wait); the gate is busy, try again "
                                     "later")
 
 
 def test_a_tool_entry_without_its_own_queue_bound_takes_the_policys() -> None:
-    release = asyncio.Event()
-    started: list[int] = []
-
-    async def hold() -> None:
-        started.append(1)
-        await release.wait()
-
-    d = gate(tool("t", hold), max_queue_wait=0.02, tools={"t": {"max_concurrency": 1}})
-
-    async def run() -> Outcome:
-        first = asyncio.ensure_future(d.serve(CallRequest(id="a", tool="t", args={}), scope()))
-        while not started:
-            await asyncio.sleep(0)
-        second = await d.serve(CallRequest(id="b", tool="t", args={}), scope())
-        release.set()
-        assert (await first).reply.ok
-        return second
-
-    assert "stayed taken for 0.02 s ([policy] max_queue_wait)" in error(asyncio.run(run()))[1]
+    holders = Holders(2)
+    d = gate(tool("t", holders.hold), max_queue_wait=0.02, tools={"t": {"max_concurrency": 2}})
+    held, extra = asyncio.run(crowd(d, holders))
+    assert [o.reply.result for o in held] == ["held"] * 2 and holders.started == 2
+    assert error(extra) == ("busy", "tool 't' was not run: all 2 of its slots ([policy.tools.t] max_concurrency) "
+                                    "stayed taken for 0.02 s ([policy] max_queue_wait); the gate is busy, try again "
+                                    "later")
 
 
 def test_a_blocking_tool_waits_for_the_sessions_threads_up_to_the_bound() -> None:
@@ -657,7 +650,7 @@ def test_a_blocking_tool_waits_for_the_sessions_threads_up_to_the_bound() -> Non
 
     def hold() -> int:
         running.set()
-        release.wait(30)  # the test sets it; the bound only keeps a broken gate from hanging the run
+        release.wait(NET)  # the test sets it at once; the bound only keeps a broken gate from hanging the run
         return 1
 
     d = Dispatcher(ToolRegistry([tool("t", hold)]), log=Journal(), session_id="S", max_workers=1,
@@ -665,10 +658,11 @@ def test_a_blocking_tool_waits_for_the_sessions_threads_up_to_the_bound() -> Non
 
     async def run() -> tuple[Outcome, Outcome]:
         first = asyncio.ensure_future(d.serve(CallRequest(id="a", tool="t", args={}), scope()))
-        await asyncio.to_thread(running.wait)
-        second = await d.serve(CallRequest(id="b", tool="t", args={}), scope())
+        assert await asyncio.to_thread(running.wait, NET)
+        second = asyncio.ensure_future(d.serve(CallRequest(id="b", tool="t", args={}), scope()))
+        await asyncio.wait({second}, timeout=NET)
         release.set()
-        return await first, second
+        return await first, await second
 
     first, second = asyncio.run(run())
     assert first.reply.ok
@@ -678,7 +672,7 @@ def test_a_blocking_tool_waits_for_the_sessions_threads_up_to_the_bound() -> Non
 
 def test_a_blocking_tool_past_its_deadline_times_out_and_is_left_behind_at_close() -> None:
     release = threading.Event()
-    d = gate(tool("t", lambda: release.wait(30)))  # released below; the bound keeps a broken gate from hanging
+    d = gate(tool("t", lambda: release.wait(NET)))  # released below; the bound keeps a broken gate from hanging
     d.call_timeout = 0.05
     try:
         outcome = serve(d)
