@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -322,6 +323,16 @@ def test_a_journal_cut_short_by_one_record_mid_write_says_so(run: Path) -> None:
         "journal was cut short or replaced")
 
 
+def test_a_journal_cut_short_by_two_records_names_both(run: Path) -> None:
+    lines = journal_lines(run)
+    write_journal(run, lines[:-2])
+    last = json.loads(lines[-3])
+    assert check_run(run).problems[0] == (
+        f"the notebook names journal record {len(lines)}, but the journal ends at record {len(lines) - 2} "
+        f"({last['event']}): records {len(lines) - 1} to {len(lines)} are missing; the journal was cut short or "
+        "replaced")
+
+
 def test_a_journal_of_one_record_is_cut_short_not_replaced(run: Path) -> None:
     lines = journal_lines(run)
     write_journal(run, lines[:1])
@@ -393,9 +404,9 @@ def test_a_replaced_blob_is_named_with_its_call_and_cell(run: Path) -> None:
     blob.write_bytes(b"x" * blob.stat().st_size)
     result = check_run(run)
     assert result.blobs == 1
+    hashes_to = hashlib.sha256(blob.read_bytes()).hexdigest()[:16]
     assert result.problems == [f"call #2 (report) of cell 2: the result blob 'run.blobs/{blob.name}' does not match "
-                               f"its sha256 (it hashes to {__import__('hashlib').sha256(blob.read_bytes()).hexdigest()[:16]}"
-                               "…): it was replaced or damaged"]
+                               f"its sha256 (it hashes to {hashes_to}…): it was replaced or damaged"]
 
 
 def test_a_missing_blob_is_named_and_the_other_checks_still_run(run: Path) -> None:
@@ -463,6 +474,22 @@ def test_a_link_to_a_notebook_whose_journal_is_broken_says_its_problem(tmp_path:
     assert verify(a) == ["the record says it continues in b.ipynb, whose signed journal cannot be read beside it: "
                          "journal record 2 (seq 3) does not follow the one before it: a record was deleted, "
                          "inserted or reordered"]
+
+
+def test_a_link_to_a_notebook_signed_with_another_hosts_key_is_refused(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    a = recorded(tmp_path, "a", continued_in="b.ipynb")
+    mine = hostkey.load(create=False)
+    monkeypatch.setenv(hostkey.ENV_VAR, str(tmp_path / "other" / "host.key"))
+    other = hostkey.load()
+    recorder = Recorder(tmp_path / "b.ipynb", {})
+    recorder.event("session-continued", sync=True, continued_from="a.ipynb", status="ok")
+    recorder.close()
+    monkeypatch.setenv(hostkey.ENV_VAR, str(mine.path))
+    assert verify(a) == ["the record says it continues in b.ipynb, whose signed journal cannot be read beside it: "
+                         f"the journal is signed with host key {other.key_id}; this host's key is {mine.key_id} "
+                         f"({mine.path}): verify it on the host that recorded it, or point $CELLGATE_HOST_KEY at "
+                         "that key"]
 
 
 def test_a_link_the_other_record_does_not_return_is_refused_both_ways(tmp_path: Path) -> None:
