@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +27,7 @@ from cellgate.gate.calls.policy import CellCounts, Policy
 from cellgate.gate.calls.protocol import CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.calls.scrubber import SecretScrubber
 from cellgate.gate.calls.tool_threads import Running
 from cellgate.gate.session.cells.refusals import RefusalLedger
 
@@ -71,7 +74,8 @@ def serve(d: Dispatcher, name: str = "t", args: dict[str, Any] | None = None, ca
 
 
 def error(outcome: Outcome) -> tuple[str, str]:
-    assert outcome.reply.error is not None and not outcome.reply.ok
+    assert outcome.reply.error is not None and outcome.reply.ok is False and outcome.reply.id == outcome.record.id
+    assert outcome.reply.error == outcome.record.error and outcome.record.ok is False
     return outcome.reply.error["kind"], outcome.reply.error["message"]
 
 
@@ -109,7 +113,7 @@ def test_admission_refuses_once_the_cells_refusals_are_spent() -> None:
     assert gate().admit(CallRequest(id="c", tool="t", args={}), where) == Refused(
         error_reply("c", "budget", "this cell's 1 refused calls ([sandbox] max_refusals_per_cell) are spent; the "
                     "cell is stopped"), refusal="dropped")
-    assert ledger.count == 2
+    assert ledger.count == 2 and (ledger.first_dropped, ledger.last_dropped) == ("t", "t")
 
 
 # ---------------------------------------------------------------- a served call
@@ -132,7 +136,8 @@ def test_a_served_call_is_numbered_recorded_and_answered_before_its_record_is_fi
     assert record.result == {"got": 1} and record.result_text == '{"got":1}' and record.result_bytes == 9
     assert record.result_sha256 == hashlib.sha256(b'{"got":1}').hexdigest()
     assert record.counters == {"session": 1, "cell": 1, "tool_session": 1} and record.error is None
-    assert record.duration_ms > 0
+    assert record.duration_ms > 0 and record.started == log.started[0][1].started
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", record.started)
     assert serve(d, "t", {"a": 2}, "c2").record.seq == 8
 
 
@@ -149,8 +154,11 @@ def test_the_counters_count_per_cell_and_a_cells_own_counts_are_recorded() -> No
 def test_the_schema_defaults_are_what_the_tool_rules_and_record_see() -> None:
     seen: list[dict[str, Any]] = []
     schema = {"type": "object", "properties": {"n": {"type": "integer", "default": 3}}}
-    d = gate(tool("t", lambda **kw: seen.append(kw), schema), tools={"t": {"rules": [
-        {"when": {"arg": "n", "equals": 3}, "decision": "deny", "name": "three"}]}})
+    d = gate(tool("t", lambda **kw: seen.append(kw) or kw, schema), tools={"t": {"rules": [
+        {"when": {"type": "object", "properties": {"n": {"const": 3}}, "required": ["n"]}, "decision": "deny",
+         "name": "three"}]}})
+    assert serve(d, args={"n": 4}, call_id="four").reply.result == {"n": 4} and seen == [{"n": 4}]
+    seen.clear()
     outcome = serve(d)
     assert error(outcome) == ("denied", ("tool 't' was denied by policy rule tools.t.rules[0] (three) (decision: deny); "
                                         "ask the operator to allow it"))
@@ -194,8 +202,9 @@ def test_secret_arguments_are_digested_and_never_seen_again_in_the_record() -> N
     outcome = serve(d, args={"token": "hunter2-secret", "note": "n"}, thread="thread hunter2-secret")
     record = outcome.record
     assert record.args["note"] == "n" and "hunter2-secret" not in repr(record.args)
-    assert isinstance(record.args["token"], dict) and record.args_sha256 == args_digest(record.args)
-    assert record.thread is not None and "hunter2-secret" not in record.thread
+    assert record.args["token"] == SecretScrubber().digest("hunter2-secret", "t argument token")
+    assert record.args_sha256 == args_digest(record.args)
+    assert record.thread == "thread [redacted]"  # redacted as the call's own secret, before any marker
     assert outcome.reply.result == {"said": "n", "token": "hunter2-secret"}  # the cell gets what it sent
     assert "hunter2-secret" not in repr(record.result) and "hunter2-secret" not in (record.result_text or "")
     # a later call that passes the secret in another argument has it scrubbed too
@@ -211,9 +220,8 @@ def test_a_secret_in_an_error_message_is_redacted() -> None:
 
     d = gate(tool("t", fails, {"type": "object", "properties": {"token": {"type": "string"}}}),
              tools={"t": {"secrets": ["token"]}})
-    kind, message = error(serve(d, args={"token": "s3cr3t-value"}))
-    assert kind == "failed" and message.startswith("tool 't' failed: ValueError: bad token ")
-    assert "s3cr3t-value" not in message
+    assert error(serve(d, args={"token": "s3cr3t-value"})) == ("failed", "tool 't' failed: ValueError: bad token "
+                                                                        "[redacted]")
 
 
 # ---------------------------------------------------------------- refusals before and by the policy
@@ -490,7 +498,7 @@ def test_an_approval_is_asked_for_the_tool_rule_cell_clock_notices_and_principal
 
 
 def test_a_refused_approval_names_the_rule_that_asked_for_it() -> None:
-    d = gate(tool("t", lambda: 1), tools={"t": {"rules": [{"when": {"arg": "n", "equals": 1}, "decision": "approve",
+    d = gate(tool("t", lambda: 1), tools={"t": {"rules": [{"when": {"required": ["n"]}, "decision": "approve",
                                                             "name": "one"}]}})
     observer = Observer()
     d.telemetry = observer
@@ -680,3 +688,80 @@ def test_a_blocking_tool_past_its_deadline_times_out_and_is_left_behind_at_close
         assert d.close() == [Running(1, "c1", "t", outcome.record.started)]
     finally:
         release.set()
+
+
+# ---------------------------------------------------------------- the record: observer, decision inputs, digests
+
+def test_a_cancelled_call_still_ends_its_span_with_its_record() -> None:
+    running = asyncio.Event()
+
+    async def hold() -> str:
+        running.set()
+        await asyncio.wait_for(asyncio.Event().wait(), NET)
+        return "not cancelled"
+
+    d = gate(tool("t", hold))
+    observer = Observer()
+    d.telemetry = observer
+
+    async def run() -> BaseException | Outcome:
+        call = asyncio.ensure_future(d.serve(CallRequest(id="c1", tool="t", args={}), scope()))
+        await asyncio.wait_for(running.wait(), NET)
+        call.cancel()
+        try:
+            return await call
+        except asyncio.CancelledError as exc:
+            return exc
+
+    assert isinstance(asyncio.run(run()), asyncio.CancelledError)
+    assert [(r.seq, r.id, r.tool) for r in observer.ended] == [(1, "c1", "t")]
+
+
+def test_the_tools_own_default_decision_and_the_sessions_principal_reach_the_policy() -> None:
+    d = gate(Tool("t", "", OBJECT, lambda: 1, decision="deny"))
+    assert error(serve(d)) == ("denied", "tool 't' was denied by policy rule tool default for t (decision: deny); "
+                                         "ask the operator to allow it")
+    only = gate(tool("t", lambda: 1), tools={"t": {"rules": [{"principals": ["alice"], "when": {},
+                                                                "decision": "deny", "name": "not alice"}]}})
+    assert serve(only).reply.ok
+    only.principal = "alice"
+    assert error(serve(only, call_id="c2"))[1].startswith("tool 't' was denied by policy rule tools.t.rules[0] (not "
+                                                          "alice)")
+
+
+def test_the_recorded_text_of_a_result_json_spells_its_own_way_is_the_canonical_json() -> None:
+    value = {"none": None, "big": 1.5e300, "small": 0.00001}
+    outcome = serve(gate(tool("t", lambda: value)))
+    text = canonical_json(value)
+    assert outcome.record.result_text == text and outcome.record.result == value
+    assert (outcome.record.result_bytes, outcome.record.result_sha256) == (
+        len(text.encode()), hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_the_duration_is_the_calls_own_in_milliseconds() -> None:
+    inner: list[float] = []
+
+    def work() -> int:
+        began = time.perf_counter()
+        total = sum(range(20000))
+        inner.append(time.perf_counter() - began)
+        return total
+
+    d = gate(tool("t", work))
+    began = time.perf_counter()
+    outcome = serve(d)
+    outside = time.perf_counter() - began
+    assert inner[0] * 1000 <= outcome.record.duration_ms <= outside * 1000
+
+
+def test_a_secret_result_is_recorded_as_its_keyed_digest_and_converted_alike() -> None:
+    from cellgate.gate.calls.record import Secret
+
+    d = gate(tool("t", lambda: {"key": Secret("tok-123456"), "s": {1}}))
+    outcome = serve(d)
+    digest = SecretScrubber().digest("tok-123456", "t result")
+    assert outcome.reply.result == {"key": "tok-123456", "s": [1]}
+    assert outcome.record.result == {"key": digest, "s": [1]}
+    text = canonical_json({"key": digest, "s": [1]})
+    assert (outcome.record.result_text, outcome.record.result_bytes, outcome.record.result_sha256) == (
+        text, len(text.encode()), hashlib.sha256(text.encode()).hexdigest())
