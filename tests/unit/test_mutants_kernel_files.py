@@ -126,6 +126,9 @@ def test_resolve_checks_every_root_and_a_root_of_slash_holds_everything(root: Pa
     other.mkdir()
     assert resolve(str(other / "f"), [str(root), str(other)]) == str(other / "f")
     assert resolve(str(other / "f"), [str(other) + "/"]) == str(other / "f")
+    ends_in_x = tmp_path / "wsX"  # only the slash is stripped from a root's end
+    ends_in_x.mkdir()
+    assert resolve(str(ends_in_x / "f"), [str(ends_in_x)]) == str(ends_in_x / "f")
     assert resolve("/etc/hostname", ["/"]) == "/etc/hostname"
 
 
@@ -309,11 +312,13 @@ def test_an_upload_chunk_counts_bytes_whatever_the_buffer_s_item_size(root: Path
 def test_a_target_made_a_folder_before_the_end_fails_as_io_and_leaves_no_temporary_file(root: Path,
                                                                                       answers: Answers) -> None:
     service = FileService()
+    before = open_fds()
     service.handle({"op": "upload-begin", "id": "u", "path": "f", "size": 1, "sha256": sha(b"x")}, [])
     service.handle({"op": "upload-chunk", "id": "u", "offset": 0}, [b"x"])
     (root / "f").mkdir()
     (root / "f" / "kept").write_text("k")
     service.handle({"op": "upload-end", "id": "u"}, [])  # the file is closed, then the rename fails
+    assert open_fds() == before  # its file closed once: no other descriptor closed in its place
     assert answers.sent == [({"op": "failed", "id": "u", "kind": "io", "message": "Is a directory"}, None)]
     assert os.listdir(root) == ["f"] and os.listdir(root / "f") == ["kept"]
 
@@ -425,3 +430,96 @@ def test_a_download_outside_the_roots_reads_nothing(root: Path, tmp_path: Path, 
     assert answers.sent == [({"op": "failed", "id": "d", "kind": "path", "message":
                               f"'s' resolves to {str(tmp_path / 'secret')!r}, outside the workspace and temporary "
                               f"folder ({root})"}, None)]
+
+
+def test_a_failed_upload_closes_its_file_even_as_descriptor_0(root: Path, answers: Answers) -> None:
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        service = FileService()
+        service.handle({"op": "upload-begin", "id": "u", "path": "f", "size": 1, "sha256": sha(b"x")}, [])
+        assert os.readlink("/proc/self/fd/0").startswith(str(root / ".cellgate-upload-"))
+        service.handle({"op": "upload-chunk", "id": "u", "offset": 5}, [b"x"])
+        with pytest.raises(OSError):
+            os.fstat(0)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert answers.ops() == ["failed"] and os.listdir(root) == []
+
+
+def test_a_comm_without_a_closed_flag_is_kept(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[object] = []
+
+    class Bare:
+        def send(self, data: dict[str, Any], buffers: list[Any] | None = None) -> None:
+            pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda **kwargs: opened.append(kwargs) or Bare())
+    service = FileService()
+    for _ in range(3):
+        download(service, "missing", 1)
+    assert opened == [{"target_name": FILES_TARGET, "data": {}}]
+
+
+def test_a_file_that_grows_while_it_is_read_stops_one_byte_past_the_limit(root: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "grows").write_bytes(b"a" * FILE_CHUNK_BYTES)
+    sent: list[tuple[dict[str, Any], list[Any] | None]] = []
+
+    class Growing:
+        _closed = False
+
+        def send(self, data: dict[str, Any], buffers: list[Any] | None = None) -> None:
+            sent.append((data, buffers))
+            if data["op"] == "chunk":  # a cell appends while the first chunk is on its way
+                with open(root / "grows", "ab") as handle:
+                    handle.write(b"b" * 20)
+
+    monkeypatch.setattr(comm, "create_comm", lambda **kwargs: Growing())
+    download(FileService(), "grows", FILE_CHUNK_BYTES + 10)
+    assert [d for d, _ in sent] == [
+        {"op": "chunk", "id": "d", "offset": 0},
+        {"op": "failed", "id": "d", "kind": "too-large",
+         "message": f"{str(root / 'grows')!r} grew past the limit while it was read", "size": FILE_CHUNK_BYTES + 11}]
+
+
+# The races a cell can run against the kernel, each put in the one place it could land: between the check of a
+# path and its use, a real symlink swapped in (the os call the module makes next is where the swap is done).
+def test_a_symlink_swapped_in_after_the_check_is_not_followed_by_a_download(root: Path, tmp_path: Path,
+                                                                           answers: Answers,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "secret").write_text("secret")
+    (root / "f").write_text("plain")
+    real_open = os.open
+
+    def swap_then_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == str(root / "f"):
+            os.unlink(path)
+            os.symlink(tmp_path / "secret", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    download(FileService(), "f", 100, [str(root)])
+    assert answers.sent == [({"op": "failed", "id": "d", "kind": "path", "message":
+                              f"{str(root / 'f')!r} cannot be opened: Too many levels of symbolic links"}, None)]
+
+
+def test_a_folder_swapped_for_a_symlink_while_it_is_made_fails_the_upload(root: Path, tmp_path: Path,
+                                                                         answers: Answers,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real_makedirs = os.makedirs
+
+    def make_then_swap(name: Any, *args: Any, **kwargs: Any) -> None:
+        real_makedirs(name, *args, **kwargs)
+        if name == str(root / "new"):
+            os.rmdir(name)
+            os.symlink(outside, name)
+
+    monkeypatch.setattr(os, "makedirs", make_then_swap)
+    upload(FileService(), "new/f", b"x", [str(root)])
+    assert answers.sent == [({"op": "failed", "id": "u", "kind": "path", "message":
+                              f"the folder of {str(root / 'new' / 'f')!r} changed while it was made"}, None)]
+    assert os.listdir(outside) == []
