@@ -199,6 +199,15 @@ def test_an_image_sealed_into_a_folder_that_holds_one_is_refused(tmp_path: Path)
                                   "exists; the checkpoint is not written")
 
 
+def test_an_image_sealed_into_a_new_folder_holds_each_file_sealed(tmp_path: Path) -> None:
+    plain = image_folder(tmp_path, "plain", files={"pages.img": b"memory", "checkpoint.img": b"state"}) / live.IMAGE
+    folder = live.new_folder(tmp_path / "checkpoint")
+    live._seal_into(plain, folder, ID)
+    sealed = folder / live.IMAGE
+    assert sorted(p.name for p in sealed.iterdir()) == ["checkpoint.img", "pages.img"]
+    assert b"memory" not in (sealed / "pages.img").read_bytes()
+
+
 # -------------------------------------------------------------------------------------------- the image's files
 def test_the_image_is_at_most_256_regular_files(tmp_path: Path) -> None:
     folder = image_folder(tmp_path, files={f"{n:03}.img": b"" for n in range(live.MAX_IMAGE_FILES)})
@@ -481,10 +490,12 @@ def test_known_secrets_give_the_forks_gate_the_parents_secrets_and_lineage() -> 
     lineage = Lineage.new()
     policy = Policy.model_validate({"default": "deny"})
     approver = DenyApprover()
+    log: Any = SimpleNamespace()
+    registry = ToolRegistry([])
     made = live.KnownSecrets(Dispatcher, {"tok-9": "[secret: x]"}, lineage)(
-        ToolRegistry([]), log=None, policy=policy, approver=approver, session_id="f" * 32,  # type: ignore[arg-type]
-        call_timeout=4.5)
+        registry, log=log, policy=policy, approver=approver, session_id="f" * 32, call_timeout=4.5)
     assert (made.policy, made.session_id, made.call_timeout, made.lineage) == (policy, "f" * 32, 4.5, lineage)
+    assert made.log is log and made.registry is registry
     assert made.approvals.approver is approver
     assert made.secrets.known() == {"tok-9": "[secret: x]"}
     own = live.KnownSecrets(Dispatcher, {})(ToolRegistry([]), log=None, policy=policy,  # type: ignore[arg-type]
@@ -543,6 +554,20 @@ def test_a_paused_record_resumes_its_notebook_and_gate(tmp_path: Path) -> None:
     assert gate.secrets.known() == {"tok-1": "[secret: t]"}
     assert gate.lineage == Lineage.from_record(checkpoint.lineage)
     assert gate.lineage.held() == {"session": 2, "tool:small": 2}
+
+
+def test_a_fork_of_a_resumed_session_records_as_a_fork_not_as_the_paused_record(tmp_path: Path) -> None:
+    _, checkpoint = paused(tmp_path)
+
+    def caller_gate(*args: Any, **kwargs: Any) -> Dispatcher:
+        return Dispatcher(*args, **kwargs)
+    caller = LaunchOptions(gate_factory=caller_gate, metadata={"team": "a"})
+    resumed = live.resume_options(checkpoint.path, caller)
+    fork_checkpoint = write(image_folder(tmp_path, "fork-checkpoint"), kind="fork")
+    options = live.fork_options(fork_checkpoint, resumed, 1, 1)
+    assert options.recorder_factory is Recorder  # the caller's, not the resumed record's continuation
+    assert isinstance(options.gate_factory, live.KnownSecrets) and options.gate_factory.factory is caller_gate
+    assert options.metadata["team"] == "a" and options.restore == fork_checkpoint.restore
 
 
 def test_a_resume_under_another_setup_is_refused_naming_what_changed(tmp_path: Path) -> None:
