@@ -23,6 +23,7 @@ from cellgate.gate import _hostkey as hostkey
 from cellgate.gate._errors import ConfigError, SessionError
 from cellgate.gate._json import canonical_json, sha256_hex
 from cellgate.gate._versions import versions
+from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.resume import Previous
 from cellgate.gate.calls.approval import DenyApprover
@@ -330,6 +331,25 @@ def test_a_manifest_changed_without_the_key_is_refused(tmp_path: Path) -> None:
     assert "is not signed by this host's key" in refusal(folder)
 
 
+def test_a_checkpoint_read_where_there_is_no_host_key_makes_none(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = image_folder(tmp_path)
+    write(folder)
+    absent = tmp_path / "keys" / "host.key"
+    monkeypatch.setenv(hostkey.ENV_VAR, str(absent))
+    with pytest.raises(ConfigError, match="no host key at"):
+        live.read_checkpoint(folder)
+    assert not absent.exists()
+
+
+def test_secrets_that_do_not_open_name_the_manifest(tmp_path: Path) -> None:
+    folder = image_folder(tmp_path)
+    write(folder)
+    resign(folder, secrets=live.seal_secrets({"a": "b"}, "fedcba9876543210"))
+    assert refusal(folder) == (f"the secrets in {folder / live.MANIFEST} do not open with this host's key: the "
+                               "checkpoint was made on another host or altered, and is not resumed")
+
+
 @pytest.mark.parametrize("damage", ["gone", "link", "file"])
 def test_a_checkpoint_without_its_image_folder_is_incomplete(tmp_path: Path, damage: str) -> None:
     folder = image_folder(tmp_path)
@@ -428,6 +448,7 @@ def test_a_forks_name_is_its_roots_with_the_first_free_number(tmp_path: Path) ->
     assert live.fork_path(tmp_path / "run.fork-x.ipynb", ".ipynb") == tmp_path / "run.fork-x.fork-1.ipynb"
     assert live.fork_path(tmp_path / "run.fork-.ipynb", ".ipynb") == tmp_path / "run.fork-.fork-1.ipynb"
     assert live.fork_path(tmp_path / "fork-3.ipynb", ".ipynb") == tmp_path / "fork-3.fork-1.ipynb"
+    assert live.fork_path(tmp_path / "2026.ipynb", ".ipynb") == tmp_path / "2026.fork-1.ipynb"  # digits, no .fork-
     assert live.fork_path(run, ".ipynb", 3) == tmp_path / "run.fork-3.ipynb"
     (tmp_path / "run.fork-1.ipynb").write_text("{}")  # a notebook
     (tmp_path / "run.fork-2.journal.jsonl").write_text("")  # a journal alone
@@ -535,8 +556,14 @@ def test_a_paused_record_resumes_its_notebook_and_gate(tmp_path: Path) -> None:
     assert options.gate_factory == continuation.gate and continuation.checkpoint == checkpoint
     assert continuation.previous.notebook == notebook
 
-    recorder = options.recorder_factory(tmp_path / "ignored.ipynb", SETUP)
+    opened: list[Path] = []
+
+    def open_journal(path: Path) -> Journal:
+        opened.append(path)
+        return Journal(path)
+    recorder = options.recorder_factory(tmp_path / "ignored.ipynb", SETUP, open_journal)
     try:
+        assert opened == [tmp_path / "run.journal.jsonl"]  # the session's journal factory, on the paused journal
         assert recorder.notebook_path == notebook
         last = json.loads((tmp_path / "run.journal.jsonl").read_text().splitlines()[-1])
         assert (last["event"], last["checkpoint"]) == ("session-resumed", ID)
@@ -546,8 +573,10 @@ def test_a_paused_record_resumes_its_notebook_and_gate(tmp_path: Path) -> None:
         recorder.close()
     assert not (tmp_path / "ignored.ipynb").exists()
 
-    gate = options.gate_factory(ToolRegistry([]), log=recorder, policy=Policy.model_validate({"default": "allow"}),
-                                approver=DenyApprover(), session_id="new", call_timeout=2.0)
+    policy, approver = Policy.model_validate({"default": "deny"}), DenyApprover()
+    gate = options.gate_factory(ToolRegistry([]), log=recorder, policy=policy, approver=approver, session_id="new",
+                                call_timeout=2.0)
+    assert (gate.log, gate.policy, gate.approvals.approver, gate.call_timeout) == (recorder, policy, approver, 2.0)
     assert gate.session_id == SESSION  # the paused session's, not the new process's
     assert (gate.counters.session, gate.counters.per_tool) == (2, {"small": 2})
     assert next(gate._seq) == 3  # calls numbered on
@@ -629,6 +658,7 @@ def test_a_resumed_gate_counts_the_budgets_used_before_the_pause(tmp_path: Path)
         {"event": "call-finished", "call": {"tool": "e"}},
         {"event": "call-started", "call": {"seq": 5, "tool": "a", "counters": {"session": 99, "tool_session": 99}}},
         {"event": "output"},
+        {"event": "call-finished"},
     ]
     continuation = live.Continuation(Previous(tmp_path / "run.ipynb", records), checkpoint, LaunchOptions())
     log: Any = None
@@ -637,3 +667,8 @@ def test_a_resumed_gate_counts_the_budgets_used_before_the_pause(tmp_path: Path)
     assert (gate.counters.session, gate.counters.per_tool) == (3, {"a": 2, "b": 1, "c": 0})
     assert next(gate._seq) == 6 and gate.call_timeout == 2.0
     assert gate.lineage.held() == {"session": 3, "tool:a": 2, "tool:b": 1, "tool:c": 0}
+    only_tool = [{"event": "call-finished", "call": {"tool": "a", "counters": {"tool_session": 1}}}]
+    gate = live.Continuation(Previous(tmp_path / "run.ipynb", only_tool), checkpoint, LaunchOptions()).gate(
+        ToolRegistry([]), log=log, policy=Policy.model_validate({"default": "allow"}), approver=DenyApprover(),
+        session_id="new", call_timeout=2.0)
+    assert (gate.counters.session, gate.counters.per_tool) == (0, {"a": 1})

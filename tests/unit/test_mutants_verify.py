@@ -521,6 +521,17 @@ def test_a_link_to_a_neighbour_whose_journal_ends_otherwise_is_refused(tmp_path:
                                             "q.ipynb as the notebook it continues in"]
 
 
+def test_a_bad_name_does_not_stop_the_other_link_being_checked(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "b.ipynb", {})
+    recorder.event("session-continued", sync=True, continued_from="gone.ipynb", status="ok")
+    recorder.close(continued_in="../c.ipynb")
+    problems = verify(tmp_path / "b.ipynb")
+    assert problems[0] == ("the record says it continues in '../c.ipynb', which is not a plain notebook name beside "
+                           "it; it is not followed, and the link is not checked")
+    assert problems[1].startswith("the record says it continues gone.ipynb, whose signed journal cannot be read "
+                                  "beside it: ") and len(problems) == 2, problems
+
+
 @pytest.mark.parametrize("told, shown", [
     ("../b.ipynb", "'../b.ipynb'"),
     (None, "'None'"),
