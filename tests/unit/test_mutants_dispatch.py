@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cellgate.gate._errors import SourceUnavailable
-from cellgate.gate._json import canonical_json
+from cellgate.gate._json import canonical_json, json_bytes
 from cellgate.gate.calls.approval import (AllowApprover, ApprovalAnswer, ApprovalRequest, Approver, CallbackApprover,
                                           args_digest)
 from cellgate.gate.calls.asking import Waiting
@@ -420,7 +420,7 @@ def test_secret_arguments_noted_before_the_call_are_scrubbed_from_then_on() -> N
     d.note_secret_args("t", {"token": "abc-secret-1", "other": "plain-value"})
     d.note_secret_args("u", {"token": "other-secret-2"})
     said = d.secrets.scrub_text("abc-secret-1 plain-value other-secret-2")
-    assert "abc-secret-1" not in said and "plain-value other-secret-2" in said
+    assert said == "[secret: t argument token] plain-value other-secret-2"
 
 
 # ---------------------------------------------------------------- approvals: what the desk is asked, and told
@@ -522,6 +522,7 @@ def test_a_call_of_a_cell_already_withdrawn_is_not_asked_and_says_why() -> None:
     assert outcome.record.decision == "approval-withdrawn" and asked == []
     other = serve(d, call_id="c2", where=CallScope(cell="CELL", msg_id="m2", key="k2", source=""))
     assert other.reply.ok and len(asked) == 1  # another cell's call is asked for
+    assert asked[0].principal is None  # the session acts for nobody named
 
 
 def test_withdraw_hands_back_the_requests_the_ended_cell_waits_for() -> None:
@@ -730,9 +731,10 @@ def test_the_tools_own_default_decision_and_the_sessions_principal_reach_the_pol
 
 
 def test_the_recorded_text_of_a_result_json_spells_its_own_way_is_the_canonical_json() -> None:
-    value = {"none": None, "big": 1.5e300, "small": 0.00001}
+    value = {"big": 1.5e300, "small": 0.00001, "tiny": 1e-7}  # no null: the reply is then orjson's own bytes
     outcome = serve(gate(tool("t", lambda: value)))
-    text = canonical_json(value)
+    text = canonical_json(value)  # 1e-07, where the reply's one encode spells it 1e-7
+    assert outcome.reply.encoded == json_bytes(value) != text.encode() and outcome.record.converted is None
     assert outcome.record.result_text == text and outcome.record.result == value
     assert (outcome.record.result_bytes, outcome.record.result_sha256) == (
         len(text.encode()), hashlib.sha256(text.encode()).hexdigest())
@@ -765,3 +767,25 @@ def test_a_secret_result_is_recorded_as_its_keyed_digest_and_converted_alike() -
     text = canonical_json({"key": digest, "s": [1]})
     assert (outcome.record.result_text, outcome.record.result_bytes, outcome.record.result_sha256) == (
         text, len(text.encode()), hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_each_tool_has_slots_of_its_own() -> None:
+    holders = Holders(1)
+    d = gate(tool("t", holders.hold), tool("u", lambda: "u ran"), max_queue_wait=0.01,
+             tools={"t": {"max_concurrency": 1}, "u": {"max_concurrency": 1}})
+
+    async def run() -> tuple[Outcome, Outcome]:
+        held = asyncio.ensure_future(d.serve(CallRequest(id="h", tool="t", args={}), scope()))
+        await asyncio.wait_for(holders.holding.wait(), NET)
+        other = await d.serve(CallRequest(id="u1", tool="u", args={}), scope())
+        holders.release.set()
+        return await held, other
+
+    held, other = asyncio.run(run())
+    assert (held.reply.result, other.reply.result) == ("held", "u ran")
+
+
+def test_a_gate_made_with_its_defaults_numbers_keys_from_no_session_and_has_a_30_s_deadline() -> None:
+    d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal())
+    assert serve(d).record.idempotency_key == "/m1/1"
+    assert d.call_timeout == 30.0  # the documented default of [sandbox] call_timeout
