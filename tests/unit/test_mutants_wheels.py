@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import marshal
 import os
 import stat
 import struct
@@ -152,10 +153,10 @@ def test_plan_maps_the_data_folder_schemes_as_pip_target_does() -> None:
                        regular(f"{DATA}/purelib/pure.py"), regular(f"{DATA}/platlib/plat/x.so"),
                        regular(f"{DATA}/data/share/doc.txt"), regular(f"{DATA}/scripts/tool", mode=0o755),
                        regular(f"{DATA}/headers/demo.h"), folder(f"{DATA}/"), folder(f"{DATA}/purelib/"),
-                       regular(f"{DATA}/scripts", b""))
+                       regular(f"{DATA}/scripts", b""), regular("demo/MATRIX"))
     assert [member.dest for member in plan(archive_of(data), WHEEL)] == [
         "demo", "demo/__init__.py", "demo-1.0.dist-info/METADATA", "pure.py", "plat/x.so", "share/doc.txt",
-        "bin/tool", "include/demo/demo.h", DATA, f"{DATA}/purelib", f"{DATA}/scripts"]
+        "bin/tool", "include/demo/demo.h", DATA, f"{DATA}/purelib", f"{DATA}/scripts", "demo/MATRIX"]
     members = plan(archive_of(data), WHEEL)
     assert [member.info.filename for member in members][:2] == ["demo/", "demo/__init__.py"]
 
@@ -307,6 +308,11 @@ def test_a_file_that_inflates_more_than_the_ratio_bound_is_a_wheel_bomb() -> Non
     assert str(refused.value) == (f"a.whl: 'a/x' unpacks to {RATIO_FROM + 3} bytes from 0, more than 200 times: a "
                                   "wheel bomb; nothing was installed")
     assert refused.value.value == RATIO_FROM + 3
+    loose = Limits(total_bytes=64 * MB, file_bytes=16 * MB, ratio=RATIO_FROM)
+    check([("a.whl", [entry("a/x", RATIO_FROM, packed=1)])], loose, held=0)
+    with pytest.raises(WheelRefused) as refused:  # one byte packed: the bound is the ratio times one
+        check([("a.whl", [entry("a/x", RATIO_FROM + 1, packed=1)])], loose, held=0)
+    assert refused.value.code == "ratio"
 
 
 # -- copying, counted: copy_bounded
@@ -353,7 +359,8 @@ def test_data_past_the_install_budget_stops_the_copy() -> None:
 def test_unpack_writes_each_file_with_its_mode_and_the_folders(tmp_path: Path, umask_077: None) -> None:
     data = wheel_bytes(folder("demo/sub/"), regular("demo/a.py", b"A = 1\n"),
                        regular(f"{DATA}/scripts/tool", b"#!/bin/sh\n", mode=0o700), regular("demo/x", b"x", 0o100),
-                       ("demo/plain", b"p", 0))
+                       ("demo/plain", b"p", 0), regular("demo/o", b"o", 0o601), regular("demo/w", b"w", 0o602),
+                       regular("demo/g", b"g", 0o610))
     archive = archive_of(data)
     budget = [1000]
     unpack(archive, WHEEL, plan(archive, WHEEL), tmp_path, budget)
@@ -361,7 +368,25 @@ def test_unpack_writes_each_file_with_its_mode_and_the_folders(tmp_path: Path, u
     assert (tmp_path / "demo" / "a.py").read_bytes() == b"A = 1\n" and mode_of(tmp_path / "demo" / "a.py") == 0o644
     assert (tmp_path / "bin" / "tool").read_bytes() == b"#!/bin/sh\n" and mode_of(tmp_path / "bin" / "tool") == 0o755
     assert mode_of(tmp_path / "demo" / "x") == 0o755 and mode_of(tmp_path / "demo" / "plain") == 0o644
-    assert budget == [1000 - 6 - 10 - 1 - 1]
+    assert [mode_of(tmp_path / "demo" / name) for name in "owg"] == [0o755, 0o644, 0o755]  # any execute bit
+    assert budget == [1000 - 6 - 10 - 1 - 1 - 3]
+
+
+def test_a_folder_entry_for_a_folder_already_made_is_no_error(layer: Path) -> None:
+    first = wheel_bytes(regular("shared/a.py", b"a"), folder("shared/"), folder("shared/sub/"))
+    second = wheel_bytes(folder("shared/"), folder("shared/sub/"), regular("shared/b.py", b"b"))
+    run_install(layer, (WHEEL, first), ("b-1.0-py3-none-any.whl", second))
+    assert sorted(os.listdir(layer / "shared")) == ["a.py", "b.py", "sub"]
+
+
+def test_unpacking_past_the_install_budget_names_the_wheel_and_the_member(tmp_path: Path) -> None:
+    archive = archive_of(wheel_bytes(regular("demo/a.py", b"1234"), regular("demo/b.py", b"56789")))
+    budget = [8]
+    with pytest.raises(WheelRefused) as refused:
+        unpack(archive, WHEEL, plan(archive, WHEEL), tmp_path, budget)
+    assert str(refused.value) == (f"{WHEEL}: the install came to its bound, [packages] max_unpacked_mb, while writing "
+                                  "'demo/b.py': stopped; nothing was installed")
+    assert budget == [4] and (tmp_path / "demo" / "b.py").read_bytes() == b""
 
 
 def test_a_folder_entry_does_not_end_the_unpacking(tmp_path: Path) -> None:
@@ -441,8 +466,10 @@ def test_an_install_refused_while_copying_leaves_the_layer_as_it_was(layer: Path
     good = wheel_bytes(regular("demo/new.py", b"new"))
     bad = lie(wheel_bytes(regular("other/x.bin", b"\0" * 1000), compression=zipfile.ZIP_DEFLATED), "other/x.bin",
               file_size=10)
-    with pytest.raises(WheelRefused, match="does not match its entry"):
+    with pytest.raises(WheelRefused) as refused:
         run_install(layer, (WHEEL, good), ("other-1.0-py3-none-any.whl", bad))
+    assert str(refused.value).startswith("other-1.0-py3-none-any.whl: 'other/x.bin' does not match its entry")
+    assert (refused.value.wheel, refused.value.code) == ("other-1.0-py3-none-any.whl", "corrupt")
     assert os.listdir(layer) == ["demo"] and os.listdir(layer / "demo") == ["old.py"]
     assert [p.name for p in layer.parent.iterdir()] == ["layer"]  # and no staging is left beside it
 
@@ -495,6 +522,27 @@ def test_compiling_puts_bytecode_beside_the_sources_and_says_nothing(layer: Path
     assert mode_of(layer / "demo" / "__pycache__") == 0o755
     said = capfd.readouterr()
     assert (said.out, said.err) == ("", "")  # compileall's complaints never reach the gate's own output
+
+
+def test_bytecode_is_compiled_in_a_hidden_staging_folder_beside_the_layer(layer: Path) -> None:
+    run_install(layer, (WHEEL, wheel_bytes(regular("demo/__init__.py", b"A = 1\n"))), compile_pyc=True)
+    [compiled] = (layer / "demo" / "__pycache__").iterdir()
+    code = marshal.loads(compiled.read_bytes()[16:])  # the path it was compiled at: where the install was staged
+    staged = Path(code.co_filename)
+    assert staged.parent.parent.parent == layer.parent and staged.parent.parent.name.startswith(".unpack-")
+    assert staged.relative_to(staged.parent.parent) == Path("demo", "__init__.py")
+
+
+def test_compiling_runs_no_code_the_environment_names(layer: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    marker = tmp_path / "ran"
+    (hook / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", str(hook))  # isolated mode (-I): the compiling Python reads no PYTHON* variable
+    run_install(layer, (WHEEL, wheel_bytes(regular("demo/__init__.py", b"A = 1\n"))), compile_pyc=True)
+    assert (layer / "demo" / "__pycache__").is_dir()
+    assert not marker.exists()
 
 
 def test_without_compiling_no_bytecode_is_written(layer: Path) -> None:
