@@ -18,8 +18,14 @@ from typing import Any
 
 from cellgate.gate._errors import SourceUnavailable
 from cellgate.gate._json import canonical_json, json_bytes
-from cellgate.gate.calls.approval import (AllowApprover, ApprovalAnswer, ApprovalRequest, Approver, CallbackApprover,
-                                          args_digest)
+from cellgate.gate.calls.approval import (
+    AllowApprover,
+    ApprovalAnswer,
+    ApprovalRequest,
+    Approver,
+    CallbackApprover,
+    args_digest,
+)
 from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.dispatch import REFUSED_BEFORE_RULES, CallScope, Dispatcher, Outcome, Refused
 from cellgate.gate.calls.observer import CallSpan
@@ -154,16 +160,21 @@ def test_the_counters_count_per_cell_and_a_cells_own_counts_are_recorded() -> No
 def test_the_schema_defaults_are_what_the_tool_rules_and_record_see() -> None:
     seen: list[dict[str, Any]] = []
     schema = {"type": "object", "properties": {"n": {"type": "integer", "default": 3}}}
-    d = gate(tool("t", lambda **kw: seen.append(kw) or kw, schema), tools={"t": {"rules": [
+
+    def keep(**kw: Any) -> dict[str, Any]:
+        seen.append(kw)
+        return kw
+
+    d = gate(tool("t", keep, schema), tools={"t": {"rules": [
         {"when": {"type": "object", "properties": {"n": {"const": 3}}, "required": ["n"]}, "decision": "deny",
          "name": "three"}]}})
     assert serve(d, args={"n": 4}, call_id="four").reply.result == {"n": 4} and seen == [{"n": 4}]
     seen.clear()
     outcome = serve(d)
-    assert error(outcome) == ("denied", ("tool 't' was denied by policy rule tools.t.rules[0] (three) (decision: deny); "
-                                        "ask the operator to allow it"))
+    assert error(outcome) == ("denied", ("tool 't' was denied by policy rule tools.t.rules[0] (three) (decision: "
+                                        "deny); ask the operator to allow it"))
     assert outcome.record.args == {"n": 3} and seen == []
-    later = tool("u", lambda **kw: seen.append(kw) or kw, schema)
+    later = tool("u", keep, schema)
     d.tool_added(later)
     d.registry.add(later)
     assert serve(d, "u", call_id="c2").reply.result == {"n": 3} and seen == [{"n": 3}]
@@ -512,9 +523,13 @@ def test_a_refused_approval_names_the_rule_that_asked_for_it() -> None:
 
 def test_a_call_of_a_cell_already_withdrawn_is_not_asked_and_says_why() -> None:
     asked: list[ApprovalRequest] = []
+
+    def yes(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
     d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal(), session_id="S",
-                   policy=Policy.model_validate({"default": "approve"}),
-                   approver=CallbackApprover(lambda request: asked.append(request) or True))
+                   policy=Policy.model_validate({"default": "approve"}), approver=CallbackApprover(yes))
     assert d.withdraw("k1", "interrupted") == []
     outcome = serve(d)
     assert error(outcome) == ("denied", "tool 't' was waiting for approval (policy rule default) when its cell ended "
