@@ -150,7 +150,8 @@ class Started:
     service: Relay
 
 
-def settings(isolation: str = "none", limit_mb: int = 1, timeout: float = 30.0) -> Settings:
+def settings(isolation: str = "none", limit_mb: int = 1, timeout: float = 5.0) -> Settings:
+    # timeout: a deadline for a kernel that never answers (a mutant that loses an answer fails in 5 s, not 600)
     return Settings(sandbox=SandboxSettings(isolation=isolation, file_limit_mb=limit_mb,  # type: ignore[arg-type]
                                             cell_timeout=timeout))
 
@@ -206,7 +207,7 @@ def refused(call: Callable[[], Any], kind: type[Exception] = FileRefused) -> str
 # --------------------------------------------------------------------------------------------- the path checks
 def test_inside_means_under_a_folder_never_the_folder_or_a_sibling_with_its_prefix() -> None:
     assert inside("/workspace/a", ["/workspace"]) and inside("/workspace/a", ["/workspace/"])
-    assert inside("/tmp/x", ["/workspace", "/tmp"])
+    assert inside("/tmp/x", ["/workspace", "/tmp"]) and inside("/aX/f", ["/aX"])  # only the slash is stripped
     assert not inside("/workspace", ["/workspace"]) and not inside("/workspace2/a", ["/workspace"])
     assert not inside("/etc/x", ["/workspace", "/tmp"]) and not inside("/tmp/x", [])
 
@@ -418,6 +419,10 @@ def test_a_download_refused_by_the_kernel_records_nothing(world: World) -> None:
     world.started.settings = settings("gvisor")
     assert "outside the sandbox's workspace" in refused(lambda: download(world, "/etc/passwd"))
     assert world.control.ops() == ["download"] and world.started.recorder.log == []
+    # the sandbox's roots go to the kernel with a download too
+    (world.ws / "in").write_bytes(b"in")
+    assert download(world, str(world.ws / "in")) == b"in"
+    assert world.control.sent[-1][0]["roots"] == ["/workspace", "/tmp"]
 
 
 # ------------------------------------------------------------------------------------------- a hostile kernel
@@ -429,14 +434,15 @@ def answering(world: World, answer: Callable[[dict[str, Any]], list[tuple[dict[s
 
 
 def test_an_upload_reported_with_another_size_or_digest_is_refused(world: World) -> None:
-    for size, digest in ((3, sha(b"abc")), (4, sha(b"abcd"))):
+    for size, digest in ((3, sha(b"abcd")), (4, sha(b"abce"))):  # one of the two wrong is enough
         answering(world, lambda d, s=size, g=digest: [({"op": "uploaded", "id": d["id"], "path": "/tmp/f", "size": s,
                                                         "sha256": g}, [])])
-        message = refused(lambda: upload(world, "f", b"abc" if size == 4 else b"abcd"))
+        message = refused(lambda: upload(world, "f", b"abcd"))
         assert message == f"the sandbox reported {size} bytes with sha256 {digest} for 'f', not what was sent"
     answering(world, lambda d: [({"op": "uploaded", "id": d["id"], "path": "/tmp/f", "size": 4,
                                   "sha256": sha(b"abcd")}, [])])
     assert upload(world, "f", b"abcd") == FileRecord("/tmp/f", 4, sha(b"abcd"))
+    assert world.relay._transfers == {}
     assert [e[1][0] for e in world.started.recorder.log if e[0] == "event"] == ["file-uploaded"]
 
 
@@ -462,6 +468,12 @@ def done(request: dict[str, Any], size: int, digest: str) -> tuple[dict[str, Any
     return {"op": "downloaded", "id": request["id"], "path": "/tmp/f", "size": size, "sha256": digest}, []
 
 
+def test_a_too_large_answer_to_an_upload_names_the_limit(world: World) -> None:
+    answering(world, lambda d: [({"op": "failed", "id": d["id"], "kind": "too-large", "size": 5 * MiB}, [])])
+    assert refused(lambda: upload(world, "f", b"x"), FileTooLarge).startswith(
+        "cannot upload 'f': it is 5,242,880 bytes (5.0 MiB), over the limit of 1,048,576 bytes")
+
+
 def test_a_download_whose_bytes_are_not_what_is_reported_is_refused(world: World) -> None:
     answering(world, lambda d: [chunk(d, 0, b"ab"), chunk(d, 2, b"c"), done(d, 3, sha(b"abd"))])
     assert refused(lambda: download(world, "f")) == (
@@ -471,6 +483,7 @@ def test_a_download_whose_bytes_are_not_what_is_reported_is_refused(world: World
     assert "sent 2 bytes hashing to" in refused(lambda: download(world, "f"))
     answering(world, lambda d: [chunk(d, 0, b"ab"), chunk(d, 2, b"c"), done(d, 3, sha(b"abc"))])
     assert download(world, "f") == b"abc"
+    assert world.relay._transfers == {}
     assert [e[1][2]["resolved"] for e in world.started.recorder.log if e[0] == "event"] == ["/tmp/f"]
 
 
@@ -509,7 +522,7 @@ def test_the_relay_s_download_holds_no_chunk_past_the_limit(world: World) -> Non
     answering(world, lambda d: [chunk(d, 0, b"a" * 3), chunk(d, 3, b"b" * 3)])
 
     async def run() -> tuple[dict[str, Any], bytes]:
-        return await world.relay.download("f", 5, None, 30)
+        return await world.relay.download("f", 5, None, 5)
 
     assert go(world, run) == ({"op": "failed", "kind": "too-large", "size": 6}, b"")
 
@@ -528,7 +541,9 @@ def test_a_kernel_that_does_not_answer_times_out_and_its_late_answer_is_dropped(
     late = world.control.sent[-1][0]["id"]
     world.relay.on_message({"op": "downloaded", "id": late}, [])
     assert world.events.seen == [("file-message-dropped", {"reason": "no transfer of this session waits for it"})]
+    assert world.relay._transfers == {}  # nothing is held for a request that ended
     assert "within 0.05 s" in refused(lambda: upload(world, "f", b"x"))
+    assert world.relay._transfers == {}
     world.relay.on_message({"op": "uploaded", "id": world.control.sent[-1][0]["id"]}, [])
     assert len(world.events.seen) == 2
 
@@ -573,7 +588,7 @@ def test_no_file_moves_without_a_running_relay(world: World) -> None:
     assert asyncio.run(main()) == "the session's relay is not running; start the session"
     assert world.control.sent == []
     # the request made for the relay is closed, never left for the garbage collector to warn of
-    request = world.relay.upload("f", b"x", sha(b"x"), None, 30)
+    request = world.relay.upload("f", b"x", sha(b"x"), None, 5)
     with pytest.raises(SessionError):
         files._relay_call(world.started, request)
     assert inspect.getcoroutinestate(request) == inspect.CORO_CLOSED
@@ -585,7 +600,7 @@ def test_no_file_moves_while_a_cell_runs_and_the_request_is_closed_unsent(world:
 
     async def main() -> str:
         world.started.service.loop = asyncio.get_running_loop()
-        request = world.relay.download("f", 10, None, 30)
+        request = world.relay.download("f", 10, None, 5)
         requests.append(request)
         with pytest.raises(SessionError) as caught:
             await files._relay_call(world.started, request)
