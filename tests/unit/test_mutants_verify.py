@@ -18,8 +18,9 @@ import pytest
 from cellgate.gate import _hostkey as hostkey
 from cellgate.gate.audit import verify as verify_module
 from cellgate.gate.audit.calls_view import CALLS_MIME
-from cellgate.gate.audit.journal import Journal
+from cellgate.gate.audit.journal import GENESIS, Journal, record_hash
 from cellgate.gate.audit.recorder import Recorder
+from cellgate.gate.audit.reducer import Reducer
 from cellgate.gate.audit.verify import MAX_NAME, _plain_name, check_run, verify
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.policy import Policy
@@ -35,7 +36,8 @@ def recorded(folder: Path, name: str = "run", *, close: str | None = "session-en
              **ending: Any) -> Path:
     """A run of three cells (a fourth with ``extra_cell``) as the gate records it: cell 1 makes a call with an
     inline result and prints, cell 2 (its source starting with blank lines) one whose result is a blob, cell 3
-    nothing; its record ended with ``close`` (None: still open, the notebook written after its last record)."""
+    nothing, cell 4 another blob call; its record ended with ``close`` (None: still open, the notebook written after
+    its last record)."""
     folder.mkdir(parents=True, exist_ok=True)
     tools = [Tool("small", "", {"type": "object", "properties": {}}, lambda: 3),
              Tool("report", "", {"type": "object", "properties": {}}, lambda: "r" * 5000)]
@@ -47,7 +49,7 @@ def recorded(folder: Path, name: str = "run", *, close: str | None = "session-en
         cell = recorder.cell_sent(msg_id, source, False)
         recorder.cell_started(cell)
         recorder.execute_input(cell, number)
-        tool = {1: "small", 2: "report"}.get(number)
+        tool = {1: "small", 2: "report", 4: "report"}.get(number)
         if tool:
             scope = CallScope(cell=cell, msg_id=msg_id, key=msg_id, source=source)
             asyncio.run(gate.serve(CallRequest(id=f"c{number}", tool=tool, args={}, cell=msg_id), scope))
@@ -108,6 +110,72 @@ def test_an_intact_run_verifies_signed_with_this_hosts_key(run: Path) -> None:
     assert result.key_id == hostkey.load(create=False).key_id
     assert result.records == len(records(run)) and result.blobs == 1  # the inline result has no blob
     assert verify(run) == []
+
+
+def test_every_blob_is_counted(tmp_path: Path) -> None:
+    assert check_run(recorded(tmp_path, extra_cell=True)).blobs == 2
+
+
+def reordered(value: Any) -> Any:
+    """``value`` with every mapping's keys in reverse order (what another frontend's save may do)."""
+    if isinstance(value, dict):
+        return {k: reordered(value[k]) for k in reversed(list(value))}
+    return [reordered(v) for v in value] if isinstance(value, list) else value
+
+
+def test_a_notebook_saved_with_its_keys_in_another_order_verifies(run: Path) -> None:
+    run.write_text(json.dumps(reordered(json.loads(run.read_text()))))
+    assert check_run(run).problems == []
+
+
+def test_a_notebook_naming_the_first_record_is_a_position_of_its_journal(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "run.ipynb", {})  # its notebook written at the session-started record
+    early = (tmp_path / "run.ipynb").read_text()
+    recorder.close()
+    (tmp_path / "run.ipynb").write_text(early)
+    assert json.loads(early)["metadata"]["cellgate"]["journal"]["seq"] == 1
+    assert check_run(tmp_path / "run.ipynb").problems == [
+        "the journal has 1 record after the notebook's last position (record 1): the notebook does not show all of "
+        "the run; run `cellgate recover run.journal.jsonl`"]
+
+
+def test_a_notebook_naming_no_journal_is_said_by_its_path(run: Path) -> None:
+    edit(run, lambda nb: nb["metadata"]["cellgate"].pop("journal"))
+    assert check_run(run).problems == [f"{run}: its metadata names no journal; is it a cellgate audit notebook?"]
+
+
+def test_without_a_host_key_nothing_verifies_and_no_key_is_made(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    absent = run.parent / "keys" / "host.key"
+    monkeypatch.setenv(hostkey.ENV_VAR, str(absent))
+    assert check_run(run).problems == [f"no host key at {absent}; `cellgate install` creates one"]
+    assert not absent.exists()
+
+
+def test_a_run_signed_with_another_hosts_key_or_unsigned_does_not_verify(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = hostkey.load(create=False)
+    monkeypatch.setenv(hostkey.ENV_VAR, str(tmp_path / "other" / "host.key"))
+    other = hostkey.load()
+    notebook = recorded(tmp_path / "runs")
+    monkeypatch.setenv(hostkey.ENV_VAR, str(mine.path))
+    assert check_run(notebook).problems == [
+        f"the journal is signed with host key {other.key_id}; this host's key is {mine.key_id} ({mine.path}): verify "
+        "it on the host that recorded it, or point $CELLGATE_HOST_KEY at that key"]
+    unsigned = []
+    for line in journal_lines(notebook):
+        record = json.loads(line)
+        record.pop("mac")
+        if record["event"] == "session-started":
+            record["metadata"].pop("integrity")
+        unsigned.append(record)
+    prev = GENESIS  # re-hashed and chained again, as someone without the key would
+    for record in unsigned:
+        record["prev"] = prev
+        record["hash"] = prev = record_hash(record)
+    write_journal(notebook, [json.dumps(r) + "\n" for r in unsigned])
+    assert check_run(notebook).problems == [
+        "journal record 1 (seq 1) is not signed: the journal was written without keyed integrity, or its MACs were "
+        "removed; it cannot be verified"]
 
 
 @pytest.mark.parametrize("ending", ["recovered", "session-paused"])
@@ -422,7 +490,6 @@ def test_check_blobs_names_a_call_of_no_ended_cell_without_a_cell(tmp_path: Path
                {"event": "call-started", "msg_id": "gone", "call": {"seq": 5, "tool": "t", "result_blob": "x"}},
                {"event": "call-finished", "msg_id": "gone", "call": "not a call"},
                {"event": "call-finished", "msg_id": "gone", "call": {"seq": 6, "tool": "t"}}]
-    from cellgate.gate.audit.reducer import Reducer
     checked, problems = verify_module._check_blobs(tmp_path, "run.journal.jsonl", records, Reducer())
     assert checked == 1
     assert problems == ["call #4 (t): the result blob has no valid result_sha256 (None); the recording is damaged "
