@@ -439,6 +439,32 @@ def test_a_session_that_cannot_checkpoint_is_refused_naming_its_backend() -> Non
     live.require_checkpoints(SimpleNamespace(can_checkpoint=True))  # type: ignore[arg-type]
 
 
+def stub_session(*, dead: bool = False, can_checkpoint: bool = False) -> Any:
+    """What ``pause`` and ``fork`` read of a session before they touch its sandbox (``live.Live``)."""
+    return SimpleNamespace(dead=dead, can_checkpoint=can_checkpoint, provisioner=SimpleNamespace(
+        started=SimpleNamespace(backend=SimpleNamespace(name="kubernetes"))))
+
+
+@pytest.mark.parametrize("count", [0, -1, 101])
+def test_a_fork_count_out_of_range_is_refused_first(count: int) -> None:
+    """Not measured by scripts/mutation (``fork`` drives a live sandbox past these checks): its refusals before it."""
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(live.fork(stub_session(dead=True), count, None))
+    assert str(refused.value) == f"fork count {count} is not between 1 and 100; fork into fewer sessions"
+
+
+@pytest.mark.parametrize("count", [1, 100, None])
+def test_a_stopped_kernel_or_one_that_cannot_checkpoint_is_not_forked_and_no_folder_is_made(
+        tmp_path: Path, count: int | None) -> None:
+    with pytest.raises(SessionError, match="^the session's kernel is stopped; restart it before forking$"):
+        asyncio.run(live.fork(stub_session(dead=True), count, tmp_path / "kept"))
+    with pytest.raises(SessionError, match="^this session's kernel cannot be checkpointed: its sandbox backend "):
+        asyncio.run(live.fork(stub_session(), count, tmp_path / "kept"))
+    with pytest.raises(SessionError, match="^this session's kernel cannot be checkpointed: its sandbox backend "):
+        asyncio.run(live.pause(stub_session(), tmp_path / "paused"))
+    assert list(tmp_path.iterdir()) == []
+
+
 # -------------------------------------------------------------------------------------------------- fork names
 def test_a_forks_name_is_its_roots_with_the_first_free_number(tmp_path: Path) -> None:
     run = tmp_path / "run.ipynb"
