@@ -28,10 +28,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
 
 from cellgate.gate._errors import SandboxUnavailable
+from cellgate.gate.sandbox.local import reaper
 from cellgate.gate.sandbox.local.container import Sandbox
 from cellgate.gate.sandbox.local.local_backend import LocalHandle
 from cellgate.gate.sandbox.local.runsc import find
@@ -263,6 +265,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         print("\nrunsc sandboxes left after the suite: " + ", ".join(left))
         session.exitstatus = 1
+    if hasattr(session.config, "workerinput") or not getattr(session.config.option, "numprocesses", None):
+        stray = children_left_running()  # the controller's children are its workers: each checks its own
+        if stray:
+            print("\nchild processes left running after the suite (now killed): " + "; ".join(stray))
+            session.exitstatus = 1
+
+
+def children_left_running() -> list[str]:
+    """This process's child processes still running once every fixture has ended (a kernel, a server, a session
+    nobody closed), each as ``pid command line``; they are killed, so a leak fails the run rather than hanging
+    it at exit or warning there (``subprocess N is still running``)."""
+    stray = []
+    for child in psutil.Process().children():
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE or reaper.__file__ in child.cmdline():
+                continue  # ended, only not yet waited for; or the reaper, which outlives this process by design
+            stray.append(f"{child.pid} {' '.join(child.cmdline())[:200]}")
+            for process in [*child.children(recursive=True), child]:
+                process.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return stray
 
 
 __all__ = ["ROOT", "TOOLS", "SAMPLE_TOOLS", "COUNTED_TOOLS", "NORTHWIND", "SNAPSHOTS", "CELLGATE", "cellgate",

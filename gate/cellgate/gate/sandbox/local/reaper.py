@@ -13,32 +13,59 @@ package only once it has work to do: importing the whole gate would make it cost
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 OWNER_EXIT_WAIT = 10.0  # seconds the reaper waits for its host's process to end after its pipe closed
 
-_started: dict[Path, subprocess.Popen[bytes]] = {}
+
+@dataclass
+class _Reaper:
+    """A started reaper: its process and the write end of its stdin pipe, which only this process holds."""
+
+    pid: int
+    pipe: int
+    owner_pid: int  # the process that started it (a forked child has the table but not the reaper)
+
+    def running(self) -> bool:
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+
+_started: dict[Path, _Reaper] = {}
 _lock = threading.Lock()
 
 
 def watch(run_root: Path, host_path: str) -> None:
-    """Make sure a reaper waits for this process for the sandboxes under ``run_root`` (started once per root)."""
+    """Make sure a reaper waits for this process for the sandboxes under ``run_root`` (started once per root).
+
+    Spawned with ``os.posix_spawn`` rather than ``subprocess.Popen``: it is meant to outlive the process, and a
+    Popen still running when the interpreter ends warns ("subprocess N is still running", its stdin unclosed)."""
     with _lock:
         reaper = _started.get(run_root)
-        # A forked child has its parent's table but not its reaper: the pid tells them apart.
-        if reaper is not None and reaper.poll() is None and getattr(reaper, "owner_pid", None) == os.getpid():
+        if reaper is not None and reaper.owner_pid == os.getpid() and reaper.running():
             return
-        reaper = subprocess.Popen(
-            [sys.executable, "-P", __file__, str(run_root), str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, env={"PATH": host_path, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        reaper.owner_pid = os.getpid()  # type: ignore[attr-defined]
-        _started[run_root] = reaper
+        read_end, write_end = os.pipe()  # both non-inheritable; the reaper gets the read end as its stdin
+        try:
+            pid = os.posix_spawn(
+                sys.executable, [sys.executable, "-P", __file__, str(run_root), str(os.getpid())],
+                {"PATH": host_path, "PYTHONPATH": os.pathsep.join(sys.path)},
+                file_actions=[(os.POSIX_SPAWN_DUP2, read_end, 0),
+                              (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                              (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
+                setsid=True,
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        _started[run_root] = _Reaper(pid, write_end, os.getpid())
 
 
 def _wait_for_exit(pid: int) -> None:
