@@ -7,12 +7,15 @@ the requirements are checked) is in test_package_allowlist.py, against a local i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import stat
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -260,6 +263,29 @@ def test_a_wheel_is_kept_by_its_sha256_whole_and_nothing_else_is_left(tmp_path: 
     assert os.listdir(packages.cache / digest) == [source.name]  # no .keep- file left
 
 
+@contextlib.contextmanager
+def no_default_tmp(tmp_path: Path) -> Iterator[None]:
+    """The default temporary folder is one that does not exist, while the block runs: a file made anywhere but
+    where the code says (the wheel cache) fails."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "no-default-tmp")
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+def test_a_wheel_is_written_in_its_cache_folder_even_if_that_folder_is_there_already(tmp_path: Path) -> None:
+    packages = installer(tmp_path, ["demo"])
+    source = wheel(tmp_path / "dl", "demo", "1.0")
+    digest = sha256(source)
+    (packages.cache / digest).mkdir(parents=True)  # left by a keep that did not finish, say
+    with no_default_tmp(tmp_path):  # written in the cache folder itself, then renamed: never across file systems
+        cached = packages._keep(source, digest)
+    assert cached.read_bytes() == source.read_bytes()
+    assert os.listdir(packages.cache / digest) == [source.name]
+
+
 def test_a_kept_wheel_stays_as_it_is(tmp_path: Path) -> None:
     packages = installer(tmp_path, ["demo"])
     source = wheel(tmp_path / "dl", "demo", "1.0")
@@ -280,7 +306,8 @@ def test_a_recorded_install_is_put_back_from_the_cache(tmp_path: Path) -> None:
     packages = installer(tmp_path, [])
     entries = [kept(packages, wheel(tmp_path / "dl", "alpha", "1.0")),
                kept(packages, wheel(tmp_path / "dl", "beta", "2.0", {"beta.py": b"B = 2\n"}))]
-    again = packages.reinstall({"installed": entries})
+    with no_default_tmp(tmp_path):  # the verified copies are made in the wheel cache
+        again = packages.reinstall({"installed": entries})
     assert again == entries and all(a is not b for a, b in zip(again, entries, strict=True))
     assert (packages.layer / "alpha" / "__init__.py").read_text() == "VERSION = '1.0'\n"
     assert (packages.layer / "beta.py").read_text() == "B = 2\n"
