@@ -806,3 +806,20 @@ def test_a_gate_made_with_its_defaults_numbers_keys_from_no_session_and_has_a_30
     d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal())
     assert serve(d).record.idempotency_key == "/m1/1"
     assert d.call_timeout == 30.0  # the documented default of [sandbox] call_timeout
+
+
+def test_an_approval_waits_only_up_to_the_policys_approval_timeout() -> None:
+    class Slow(Approver):
+        name = "slow"
+
+        async def ask(self, request: ApprovalRequest) -> ApprovalAnswer:
+            with contextlib.suppress(TimeoutError):  # past the timeout: a gate that set none gets "allow"
+                await asyncio.wait_for(asyncio.Event().wait(), NET)
+            return ApprovalAnswer("allow", self.name, "late", 1.0)
+
+    d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal(), session_id="S", approver=Slow(),
+                   policy=Policy.model_validate({"default": "approve", "approval_timeout": 0.01}))
+    outcome = serve(d)
+    assert error(outcome) == ("denied", "tool 't' needed approval (policy rule default) and no answer came within "
+                                        "0.01 s; it was not run")
+    assert outcome.record.decision == "approval-timeout"
