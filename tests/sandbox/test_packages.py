@@ -1,5 +1,6 @@
 """Packages through the gate (issue 32): ``%pip install`` is a gated call; wheels only, allowed ones only, recorded
-by sha256, put back by replay; the sandbox's network stays ``none``."""
+by sha256, put back by replay; the sandbox's network stays ``none``; the session's package layer outlives a kernel
+restart and goes with the session (issue 43, suite item 8)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from conftest import cellgate
 
 from cellgate.gate.calls.packages import wheel_cache
+from cellgate.gate.sandbox.runtime_dir import run_root
 
 CONFIG = """
 [packages]
@@ -63,7 +65,14 @@ def test_an_allowed_wheel_installs_with_no_network_the_rest_is_refused_and_all_o
     assert box.execute("import docopt").error["ename"] == "ModuleNotFoundError"
     url = box.execute("%pip install https://example.invalid/humanize.whl")
     assert not url.ok and "is not a requirement" in url.text
+
+    # The layer's lifecycle (docs/sandbox-images.md): kept across a kernel restart, removed when the session ends.
+    (layer,) = [folder for folder in (run_root() / "packages").iterdir() if any(folder.glob("humanize*"))]
+    box.restart()
+    again = box.execute("import humanize\nprint(humanize.intcomma(7654321))")
+    assert again.ok and "7,654,321" in again.stdout, again.text
     box.close()
+    assert not layer.exists(), f"the session ended, its package layer {layer} is still there"
 
     calls = calls_of(notebook)
     assert [(c["tool"], c["ok"]) for c in calls] == [("pip_install", True), ("pip_install", False),
