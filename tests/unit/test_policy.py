@@ -110,7 +110,25 @@ def test_evaluate_does_not_change_counters() -> None:
     ({"tools": {"t": {"rate": "fast"}}}, "must look like '20/s'"),
     ({"tools": {"t": {"rules": [{"when": {"type": 12}, "decision": "allow"}]}}}, "not a valid JSON Schema"),
     ({"tools": {"t": {"decison": "allow"}}}, "decison"),
+    # A keyword JSON Schema does not define is ignored by it: the rule would match every call (issue 43).
+    ({"tools": {"t": {"rules": [{"when": {"arg": "path", "equals": "/tmp/safe"}, "decision": "allow"}]}}},
+     "'arg', 'equals', which JSON Schema does not define"),
+    ({"tools": {"t": {"rules": [{"when": {"properties": {"path": {"equal": "x"}}}, "decision": "allow"}]}}},
+     "'equal', which"),
+    ({"tools": {"t": {"rules": [{"when": {"anyOf": [{"not": {"maximun": 3}}]}, "decision": "allow"}]}}},
+     "'maximun', which"),
 ])
 def test_malformed_policies_are_rejected(data: dict, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         Policy.model_validate(data)
+
+
+def test_every_rule_of_the_examples_and_tests_is_plain_json_schema() -> None:
+    """The check refuses only what JSON Schema lacks: a rule of every keyword family the docs use still loads."""
+    when = {"properties": {"amount": {"type": "number", "maximum": 100, "exclusiveMinimum": 0},
+                           "to": {"enum": ["a", "b"]}, "path": {"pattern": "^/tmp/"}},
+            "required": ["amount"], "anyOf": [{"not": {"properties": {"to": {"const": "a"}}}}, True],
+            "additionalProperties": {"type": "string"}, "$defs": {"x": {"minLength": 1}}}
+    policy = Policy.model_validate({"tools": {"t": {"rules": [{"when": when, "decision": "allow"}]}}})
+    assert policy.tools["t"].rules[0].matches({"amount": 5})
+    assert not policy.tools["t"].rules[0].matches({"amount": 500})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,7 +73,42 @@ class Rule(StrictModel):
             jsonschema.Draft202012Validator.check_schema(value)
         except jsonschema.SchemaError as exc:
             raise ValueError(f"'when' is not a valid JSON Schema: {exc.message}") from None
+        unknown = sorted(set(_unknown_keywords(value)))
+        if unknown:  # JSON Schema ignores a keyword it does not define: such a rule would match every call
+            raise ValueError(f"'when' uses {', '.join(map(repr, unknown))}, which JSON Schema does not define, so the "
+                             "rule would match every call; write the condition in JSON Schema, e.g. when = "
+                             "{ properties = { path = { const = \"/tmp/safe\" } }, required = [\"path\"] }")
         return value
+
+
+KEYWORDS = frozenset((
+    "$schema $id $ref $defs $anchor $dynamicRef $dynamicAnchor $vocabulary $comment definitions "
+    "type enum const multipleOf maximum exclusiveMaximum minimum exclusiveMinimum maxLength minLength pattern "
+    "maxItems minItems uniqueItems maxContains minContains maxProperties minProperties required dependentRequired "
+    "allOf anyOf oneOf not if then else dependentSchemas dependencies prefixItems items contains properties "
+    "patternProperties additionalProperties propertyNames unevaluatedItems unevaluatedProperties format title "
+    "description default deprecated readOnly writeOnly examples contentEncoding contentMediaType contentSchema"
+).split())
+_ONE = ("not", "if", "then", "else", "items", "contains", "additionalProperties", "propertyNames", "unevaluatedItems",
+        "unevaluatedProperties", "contentSchema")
+_LISTED = ("allOf", "anyOf", "oneOf", "prefixItems")
+_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _unknown_keywords(schema: Any) -> Iterator[str]:
+    """The keywords of ``schema`` and its subschemas that JSON Schema (2020-12, and draft 7's spellings) lacks."""
+    if not isinstance(schema, dict):
+        return
+    yield from (key for key in schema if key not in KEYWORDS)
+    for key in _ONE:
+        yield from _unknown_keywords(schema.get(key))
+    for key in _LISTED:
+        for sub in schema.get(key) or []:
+            yield from _unknown_keywords(sub)
+    for key in _NAMED:
+        named = schema.get(key)
+        for sub in named.values() if isinstance(named, dict) else []:
+            yield from _unknown_keywords(sub)
 
 
 class ToolPolicy(StrictModel):
