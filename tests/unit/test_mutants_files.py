@@ -75,6 +75,10 @@ class Control:
         msg = self.session.deserialize(rest, content=True)
         assert msg["header"]["msg_type"] == "comm_msg" and msg["content"]["comm_id"] == FILES_COMM
         data, buffers = msg["content"]["data"], [bytes(b) for b in msg["buffers"]]
+        if data.get("op") == "upload-chunk":  # the host sends a file's bytes in order, each chunk full but the last
+            sent = sum(len(b[0]) for d, b in self.sent if d["op"] == "upload-chunk" and d["id"] == data["id"])
+            assert data["offset"] == sent and len(buffers) == 1 and 0 < len(buffers[0]) <= FILE_CHUNK_BYTES
+            assert sent % FILE_CHUNK_BYTES == 0, "a chunk after one that was not full"
         self.sent.append((data, buffers))
         if self.fail_after_record:
             raise ConnectionError("the socket broke")
@@ -185,7 +189,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 def go(world: World, coroutine: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     async def main() -> Any:
         world.started.service.loop = asyncio.get_running_loop()
-        return await coroutine()
+        async with asyncio.timeout(10):  # the test's own deadline: a request without one fails here, never hangs
+            return await coroutine()
 
     return asyncio.run(main())
 
