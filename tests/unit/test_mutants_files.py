@@ -273,6 +273,7 @@ def test_a_report_without_roots_takes_any_absolute_path_and_a_path_of_the_limit(
     assert reported({"path": at, "size": 7, "sha256": DIGEST}, None, "f") == (at, 7, DIGEST)
     assert reported({"path": "/tmp/a", "size": 1, "sha256": DIGEST}, ["/workspace", "/tmp"], "f")[0] == "/tmp/a"
     assert "not a path inside" in refused(lambda: reported({"path": "/a/../b", "size": 1, "sha256": DIGEST}, None, "f"))
+    assert "not a path inside" in refused(lambda: reported({"path": "f", "size": 1, "sha256": DIGEST}, None, "f"))
 
 
 @pytest.mark.parametrize("size, digest", [(None, DIGEST), ("1", DIGEST), (True, DIGEST), (-1, DIGEST), (1.0, DIGEST),
