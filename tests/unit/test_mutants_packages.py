@@ -7,15 +7,12 @@ the requirements are checked) is in test_package_allowlist.py, against a local i
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
 import stat
 import sys
-import tempfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ import pytest
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.packages import TOOL_NAME, PackageInstaller, PackageRefused, parse_allow, wheel_cache
 from cellgate.gate.calls.wheels import Limits, WheelRefused
+from tests.unit.test_mutants_wheels import no_default_tmp
 
 MB = 1 << 20
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -261,18 +259,6 @@ def test_a_wheel_is_kept_by_its_sha256_whole_and_nothing_else_is_left(tmp_path: 
     assert cached == packages.cache / digest / source.name
     assert cached.read_bytes() == source.read_bytes() and not cached.is_symlink()
     assert os.listdir(packages.cache / digest) == [source.name]  # no .keep- file left
-
-
-@contextlib.contextmanager
-def no_default_tmp(tmp_path: Path) -> Iterator[None]:
-    """The default temporary folder is one that does not exist, while the block runs: a file made anywhere but
-    where the code says (the wheel cache) fails."""
-    saved = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path / "no-default-tmp")
-    try:
-        yield
-    finally:
-        tempfile.tempdir = saved
 
 
 def test_a_wheel_is_written_in_its_cache_folder_even_if_that_folder_is_there_already(tmp_path: Path) -> None:
