@@ -34,6 +34,7 @@ from cellgate.gate.calls.policy import CellCounts, Policy
 from cellgate.gate.calls.protocol import CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.calls.retry import CellWrites, idempotency_key
 from cellgate.gate.calls.scrubber import SecretScrubber
 from cellgate.gate.calls.tool_threads import Running
 from cellgate.gate.session.cells.refusals import RefusalLedger
@@ -138,8 +139,10 @@ def test_a_served_call_is_numbered_recorded_and_answered_before_its_record_is_fi
     assert log.started[0][0] == "CELL" and log.finished == [("CELL", record)]
     assert (record.seq, record.id, record.tool, record.args, record.decision, record.rule, record.ok) == (
         7, "c1", "t", {"a": 1}, "allow", "default", True)
-    assert record.args_sha256 == args_digest({"a": 1}) and record.idempotency_key == "S/m1/7"
-    assert log.started[0][1].idempotency_key == "S/m1/7" and log.started[0][1].decision == "allow"
+    # The key: the lineage, the chain (the cell, m1), the tool, the arguments' digest and the occurrence.
+    key = idempotency_key(d.lineage.id, "m1", "t", args_digest({"a": 1}), 0)
+    assert record.args_sha256 == args_digest({"a": 1}) and record.idempotency_key == key
+    assert log.started[0][1].idempotency_key == key and log.started[0][1].decision == "allow"
     assert record.result == {"got": 1} and record.result_text == '{"got":1}' and record.result_bytes == 9
     assert record.result_sha256 == hashlib.sha256(b'{"got":1}').hexdigest()
     assert record.counters == {"session": 1, "cell": 1, "tool_session": 1} and record.error is None
@@ -335,8 +338,10 @@ def test_the_idempotency_key_is_passed_only_to_a_tool_that_takes_one() -> None:
     keys: list[str] = []
     takes = tool("t", lambda idempotency_key: keys.append(idempotency_key), accepts_idempotency_key=True)
     d = gate(takes, tool("u", lambda **kw: kw))
-    serve(d, call_id="a")
-    assert keys == ["S/m1/1"]
+    cell = scope(writes=CellWrites(chain="m1"))
+    serve(d, call_id="a", where=cell)
+    serve(d, call_id="a2", where=cell)  # the same call again in the cell: its second occurrence, another key
+    assert keys == [idempotency_key(d.lineage.id, "m1", "t", args_digest({}), n) for n in (0, 1)]
     assert serve(d, "u", call_id="b").reply.result == {}
 
 
@@ -802,9 +807,9 @@ def test_each_tool_has_slots_of_its_own() -> None:
     assert (held.reply.result, other.reply.result) == ("held", "u ran")
 
 
-def test_a_gate_made_with_its_defaults_numbers_keys_from_no_session_and_has_a_30_s_deadline() -> None:
+def test_a_gate_made_with_its_defaults_keys_calls_by_its_own_lineage_and_has_a_30_s_deadline() -> None:
     d = Dispatcher(ToolRegistry([tool("t", lambda: 1)]), log=Journal())
-    assert serve(d).record.idempotency_key == "/m1/1"
+    assert serve(d).record.idempotency_key == idempotency_key(d.lineage.id, "m1", "t", args_digest({}), 0)
     assert d.call_timeout == 30.0  # the documented default of [sandbox] call_timeout
 
 

@@ -155,22 +155,26 @@ def test_parse_rate_and_digest() -> None:
 
 
 def test_decision_table_rows_exactly() -> None:
-    p = policy(tools={"t": {"decision": "allow", "rate": "1/s", "expose": "direct", "secrets": ["k", "j"],
+    p = policy(tools={"t": {"decision": "allow", "rate": "1/s", "expose": "direct", "secrets": ["k", "j"], "effect": "read",
                             "rules": [{"name": "r", "when": {"required": ["a"]}, "decision": "deny"},
                                       {"when": {"type": "object"}, "decision": "approve", "principals": ["p"]}]},
                       "ghost": {}})
     rows = decision_table(p, ["t", "src"], {"src": "allow"})
     assert rows == [
         {"tool": "ghost", "decision": "deny", "rules": "", "rate": "", "expose": "code", "secrets": "",
-         "known": "NOT A TOOL OF THIS CONFIG"},
+         "effect": "write", "known": "NOT A TOOL OF THIS CONFIG"},
         {"tool": "src", "decision": "allow (the tool's default)", "rules": "", "rate": "", "expose": "code",
-         "secrets": "", "known": "yes"},
+         "secrets": "", "effect": "write", "known": "yes"},
         {"tool": "t", "decision": "allow",
          "rules": 'r: {"required": ["a"]} -> deny; rules[1]: {"type": "object"} for [\'p\'] -> approve',
-         "rate": "1/s", "expose": "direct", "secrets": "k, j", "known": "yes"},
+         "rate": "1/s", "expose": "direct", "secrets": "k, j", "effect": "read", "known": "yes"},
     ]
     assert decision_table(policy(default="approve"), ["x"]) == [
-        {"tool": "x", "decision": "approve", "rules": "", "rate": "", "expose": "code", "secrets": "", "known": "yes"}]
+        {"tool": "x", "decision": "approve", "rules": "", "rate": "", "expose": "code", "secrets": "",
+         "effect": "write", "known": "yes"}]
+    # What the caller says of each tool's effect (who said it) is shown as it is.
+    assert decision_table(policy(), ["x"], effects={"x": "idempotent (the server's hint)"})[0]["effect"] == \
+        "idempotent (the server's hint)"
 
 
 def test_unrequired_constraints_exactly() -> None:

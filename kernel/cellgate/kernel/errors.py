@@ -10,6 +10,7 @@
     ├── ToolRateLimited            a rate limit refused the call
     ├── ToolTimeout(TimeoutError)  no answer within the deadline
     ├── ToolUnavailable            the gate could not serve the call at all
+    ├── OutcomeUnknown             retry: an earlier attempt's write of unknown outcome, not run again
     └── ReplayDivergence           replay: a call the recording does not have
 
 Every instance carries ``tool`` and a stable ``kind`` (see ``wire.ErrorKind``),
@@ -104,6 +105,14 @@ class ToolBusy(ToolError):
     kind: ErrorKind = "busy"
 
 
+class OutcomeUnknown(ToolError):
+    """A retry (``Session.execute(code, retry=True)``) reached a write that an earlier attempt started and whose
+    outcome is unknown (its deadline passed, the host stopped), and the tool takes no idempotency key: it was not
+    run again. Look first (a read), then write if it is missing."""
+
+    kind: ErrorKind = "outcome_unknown"
+
+
 class ReplayDivergence(ToolError):
     kind: ErrorKind = "divergence"
 
@@ -120,6 +129,7 @@ _BY_KIND: dict[str, type[ToolError]] = {
     "no_cell": ToolUnavailable,
     "unavailable": ToolUnavailable,
     "divergence": ReplayDivergence,
+    "outcome_unknown": OutcomeUnknown,
 }
 
 
@@ -157,15 +167,16 @@ def error_for(kind: str, tool: str, message: str) -> ToolError:
 
 
 __all__ = [
-    "ToolError",
-    "ToolBusy",
-    "ToolNotFound",
-    "ToolValidationError",
-    "ToolDenied",
+    "OutcomeUnknown",
+    "ReplayDivergence",
     "ToolBudgetExceeded",
+    "ToolBusy",
+    "ToolDenied",
+    "ToolError",
+    "ToolNotFound",
     "ToolRateLimited",
     "ToolTimeout",
     "ToolUnavailable",
-    "ReplayDivergence",
+    "ToolValidationError",
     "error_for",
 ]

@@ -43,6 +43,7 @@ ErrorKind = Literal[
     "no_cell",  # no cell of this session is running: tool authority is scoped to a cell
     "unavailable",  # the gate cannot serve calls (e.g. its journal cannot be written)
     "divergence",  # replay: the program made a call the recording does not have
+    "outcome_unknown",  # retry: this write ran before and its outcome is unknown; it was not run again
 ]
 ERROR_KINDS: Final[frozenset[str]] = frozenset(get_args(ErrorKind))
 

@@ -78,6 +78,17 @@ def default_decision(tool: McpTool) -> Literal["allow", "approve"] | None:
     return None
 
 
+def effect_hint(tool: McpTool) -> Literal["read", "idempotent"] | None:
+    """What the server's annotations say the tool does (a tool's effect): the server's word, shown as such, which
+    ``[policy.tools.NAME] effect`` overrides; it never changes a decision."""
+    hints = tool.annotations
+    if hints is None:
+        return None
+    if hints.read_only_hint:
+        return "read"
+    return "idempotent" if hints.idempotent_hint else None
+
+
 def content_value(result: CallToolResult) -> Any:
     """An unstructured result as data: its text, or a list of its blocks when not all are text."""
     blocks = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
@@ -261,7 +272,8 @@ class McpToolSource(ToolSource):
             output = dict(mcp_tool.output_schema) if mcp_tool.output_schema else None
             tools.append(Tool(name=f"{connection.name}.{ident}", description=description, parameters=parameters,
                               function=self._caller(connection, mcp_tool.name, output), source=f"mcp:{connection.name}",
-                              default_decision=default_decision(mcp_tool), returns=output))
+                              default_decision=default_decision(mcp_tool), returns=output,
+                              effect=effect_hint(mcp_tool), effect_from="the server's hint"))
         return tools
 
     def _caller(self, connection: Connection, tool: str, output_schema: dict[str, Any] | None) -> Any:

@@ -87,10 +87,13 @@ class Recorder:
     # -- what the relay reports
     def cell_sent(self, msg_id: str, source: str, silent: bool, kind: CellKind = "code",
                   subshell: str | None = None, traceparent: str | None = None,
-                  argv: list[str] | None = None) -> CellRecord:
+                  argv: list[str] | None = None, retry_of: str | None = None) -> CellRecord:
         """A cell a frontend sent (``subshell``: the kernel subshell it runs on; None: the main shell;
-        ``traceparent``: the trace of the request that sent it, checked; ``argv``: a command's)."""
+        ``traceparent``: the trace of the request that sent it, checked; ``argv``: a command's; ``retry_of``: the
+        first attempt of the failed cell this one retries, ``calls.retry``)."""
         extra: dict[str, Any] = {"kind": kind} if kind != "code" else {}
+        if retry_of is not None:
+            extra["retry_of"] = retry_of
         if argv is not None:
             extra["argv"] = argv
         if subshell is not None:

@@ -148,8 +148,10 @@ class Reducer:
             return self.markdown_cell(f"file-{record['seq']}", file_note(record), record["time"], file_extra(record))
         if event == "cell-sent":
             subshell, traceparent, argv = record.get("subshell"), record.get("traceparent"), record.get("argv")
-            return self._new_cell(record["msg_id"], record["source"], record["time"],
-                                  extra={"argv": [str(a) for a in argv]} if isinstance(argv, list) else {},
+            extra: dict[str, Any] = {"argv": [str(a) for a in argv]} if isinstance(argv, list) else {}
+            if isinstance(record.get("retry_of"), str):  # the chain of attempts it belongs to (``calls.retry``)
+                extra["retry_of"] = record["retry_of"][:128]
+            return self._new_cell(record["msg_id"], record["source"], record["time"], extra=extra,
                                   silent=bool(record.get("silent")), kind=record.get("kind", "code"),
                                   subshell=str(subshell)[:64] if subshell is not None else None,
                                   traceparent=traceparent if isinstance(traceparent, str) else None)

@@ -13,6 +13,9 @@ tool on its own turn) both take the same two steps:
      are filled in and the arguments validated host-side with jsonschema (the
      exact object that was validated, and that the policy's rules saw, is the
      one passed to the tool);
+   - the call gets its idempotency key and effect; in a retry, a write an
+     earlier attempt committed is answered from the record, and one of
+     unknown outcome runs again only under the same key (``calls.retry``);
    - the policy decides (``policy.evaluate``: exposure, budgets, rate limits,
      rules); an ``approve`` decision waits for a person (``asking``: the
      cell's clock is paused meanwhile);
@@ -50,6 +53,7 @@ from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, err
 from cellgate.gate.calls.record import CallRecord, Secret, conversions, split_secrets
 from cellgate.gate.calls.redaction import redact
 from cellgate.gate.calls.registry import DefaultsFiller, Tool, ToolRegistry, with_defaults
+from cellgate.gate.calls.retry import CellWrites, Recorded
 from cellgate.gate.calls.scrubber import SecretScrubber
 from cellgate.gate.calls.tool_threads import Running, ToolThreads
 from cellgate.kernel.wire import ErrorKind
@@ -103,6 +107,9 @@ class CallScope:
     notices: WaitingNotices = field(default_factory=NoNotices)  # told while a call waits for a person
     refusals: RefusalBudget | None = None
     counts: CellCounts | None = None  # the cell's own per-cell budget counts (None: the dispatcher's current cell)
+    # The cell's idempotency keys and, for a retry, what its earlier attempts did (``calls.retry``); None: a
+    # chain of its own (a direct call).
+    writes: CellWrites | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +286,18 @@ class Dispatcher:
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
             raise CallFailed("invalid", f"tool {tool.name!r}: argument {where}: {error.message}")
+        record.effect, _ = tool.effective_effect(self.policy.effect(tool.name))
+        writes = scope.writes or CellWrites(chain=scope.msg_id)
+        record.idempotency_key = writes.key(self.lineage.id, tool.name, record.args_sha256)
+        recorded = writes.recorded(record.idempotency_key) if record.effect != "read" else None
+        if recorded is not None and recorded.known == "committed":
+            return await self._answer_from_record(tool, record, recorded, scope, writes)
+        if recorded is not None and record.effect == "write" and not tool.accepts_idempotency_key:
+            seq = recorded.call.get("seq")
+            raise CallFailed("outcome_unknown", f"tool {tool.name!r} was not run again: an earlier attempt of this "
+                             f"cell made the same call (#{seq}) and its outcome is unknown (it ran and "
+                             f"{_why_unknown(recorded)}); the tool takes no idempotency key, so running it again "
+                             "could do it twice. Look first (a read), then write if it is missing")
         call = Call(tool=tool.name, args=request.args, arg_bytes=len(canonical_json(request.args).encode()),
                     source_default=tool.default_decision, principal=self.principal)
         verdict = evaluate(call, self.policy, self.counters, time.monotonic(), scope.counts)
@@ -311,8 +330,7 @@ class Dispatcher:
                 self.telemetry.approvals_waiting(tool.name, -1)
         else:
             record.decision = "allow"
-        idempotency_key = f"{self.session_id}/{scope.msg_id}/{record.seq}"
-        record.idempotency_key = idempotency_key
+        idempotency_key = record.idempotency_key
         try:
             await self.log.call_started(scope.cell, record)
         except OSError as exc:  # the journal: no side effect may run that it cannot record
@@ -324,13 +342,20 @@ class Dispatcher:
         await self._wait_for_slot(tool, limit.acquire(), f"all {self._concurrency(tool.name)} of its slots "
                                   f"([policy.tools.{tool.name}] max_concurrency)")
         try:
+            record.ran = True
             result = await self._run(tool, args, Running(record.seq, record.id, tool.name, record.started))
         finally:
             limit.release()
+        return self._result(tool, record, result, secrets)
+
+    def _result(self, tool: Tool, record: CallRecord, result: Any,
+                secrets: list[str]) -> tuple[Any, Any, bytes]:
+        """A tool's result as the sandbox gets it, as the record keeps it, and the first's JSON."""
         found: list[str] = []
         # Scrubbing costs nothing while no Secret exists in this process; else one walk finds them.
         plain, shown = split_secrets(result, found, lambda value: self.secrets.digest(value, f"{tool.name} result"))
         secrets.extend(found)
+        record.result_redacted = bool(found)
         try:
             try:  # a result of JSON's own types (most are) is encoded as it is: one encode, no conversion
                 converted, encoded = plain, json_bytes(plain)
@@ -345,6 +370,29 @@ class Dispatcher:
             raise CallFailed("failed", f"tool {tool.name!r} returned {size} bytes, over the "
                                        f"{self.policy.max_result_bytes} byte limit ([policy] max_result_bytes)")
         return converted, pydantic_core.to_jsonable_python(shown) if found else converted, encoded
+
+    async def _answer_from_record(self, tool: Tool, record: CallRecord, recorded: Recorded, scope: CallScope,
+                                  writes: CellWrites) -> tuple[Any, Any, bytes]:
+        """A retry's write that an earlier attempt committed: its recorded result, the tool not run (no decision:
+        the earlier call was decided, and nothing reaches the world now)."""
+        call = recorded.call
+        record.answered_from = {"seq": call.get("seq"), "cell": recorded.cell}
+        record.decision, record.rule = "allow", "retry: answered from the record"
+        if call.get("result_redacted") is True:
+            raise CallFailed("outcome_unknown", f"tool {tool.name!r} was not run again: an earlier attempt made this "
+                             f"call (#{call.get('seq')}) and it succeeded, but its result held a secret, which the "
+                             "record keeps only as a digest; look the result up (a read)")
+        try:
+            value = writes.load(call)
+        except Exception as exc:  # a blob missing or damaged: never run the write again instead
+            raise CallFailed("outcome_unknown", f"tool {tool.name!r} was not run again: an earlier attempt made this "
+                             f"call (#{call.get('seq')}) and it succeeded, but its recorded result cannot be read "
+                             f"({type(exc).__name__}: {exc}); look the result up (a read)") from None
+        try:
+            await self.log.call_started(scope.cell, record)
+        except OSError as exc:
+            raise CallFailed("unavailable", f"tool {tool.name!r}: the answer was not given: {exc}") from None
+        return self._result(tool, record, value, [])
 
     def _concurrency(self, tool: str) -> int:
         entry = self.policy.for_tool(tool)
@@ -385,6 +433,13 @@ class Dispatcher:
         """The session ends; the calls whose tools still run on their threads, left behind (for the journal)."""
         self.approvals.close()
         return self._threads.abandon()
+
+
+def _why_unknown(recorded: Recorded) -> str:
+    error = recorded.call.get("error")
+    kind = error.get("kind") if isinstance(error, dict) else None
+    return {"timeout": "its deadline passed", "unavailable": "its source stopped answering"}.get(
+        str(kind), "the host stopped before its outcome was recorded")
 
 
 def _digest_result(record: CallRecord, reply: CallReply) -> None:

@@ -122,6 +122,9 @@ class ToolPolicy(StrictModel):
                                          "tool's max_concurrency slots (default: [policy] max_queue_wait)")
     expose: Expose = "code"
     secrets: list[str] = Field(default_factory=list)
+    # What the tool does to the world (``calls.effects``); None: what its code or server says, else "write".
+    # (Left out of the policy's digest while unset: a policy written before effects keeps its digest.)
+    effect: Literal["read", "write", "idempotent"] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("rate")
     @classmethod
@@ -159,6 +162,11 @@ class Policy(StrictModel):
         """How the model may reach a tool: from code, as a direct tool on its own turn, or both."""
         entry = self.tools.get(tool)
         return entry.expose if entry else "code"
+
+    def effect(self, tool: str) -> str | None:
+        """The effect ``[policy.tools.<tool>] effect`` says, or None."""
+        entry = self.tools.get(tool)
+        return entry.effect if entry else None
 
     def secret_args(self, tool: str) -> frozenset[str]:
         entry = self.tools.get(tool)
@@ -297,8 +305,10 @@ def policy_sha256(policy: Policy) -> str:
     return digest(policy.model_dump(mode="json"))
 
 
-def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, Decision] | None = None) -> list[dict[str, str]]:
-    """The effective decision of each tool, for `cellgate policy check`."""
+def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, Decision] | None = None,
+                   effects: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The effective decision of each tool, for `cellgate policy check` (``effects``: each tool's effect and who
+    said it, ``calls.effects``; else the policy's, or "write")."""
     rows = []
     for tool in sorted(set(tools) | set(policy.tools)):
         entry = policy.for_tool(tool)
@@ -313,6 +323,7 @@ def decision_table(policy: Policy, tools: list[str], source_defaults: dict[str, 
             "rate": (entry.rate or "") if entry else "",
             "expose": entry.expose if entry else "code",
             "secrets": ", ".join(entry.secrets) if entry else "",
+            "effect": (effects or {}).get(tool) or (entry.effect if entry and entry.effect else "write"),
             "known": "yes" if tool in tools else "NOT A TOOL OF THIS CONFIG",
         })
     return rows

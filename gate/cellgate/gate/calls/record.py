@@ -109,6 +109,11 @@ class CallRecord:
     # Where the result held a value JSON has no type for, and what the kernel got instead ("result.when: datetime
     # -> str"; ``conversions``): the cell's value is not the tool's, and the record says so.
     converted: list[str] | None = None
+    effect: str = "write"  # what the tool does to the world (``calls.effects``)
+    ran: bool = False  # the tool was started (a failure after that may have changed the world: ``calls.writes``)
+    # A retry's call answered from the record of an earlier attempt's ({"seq", "cell"}), not run (``calls.retry``).
+    answered_from: dict[str, Any] | None = None
+    result_redacted: bool = False  # the result held a Secret: the record keeps its digest, not the value
     # ``result``'s canonical JSON, made once by the gate: what its digest is of and its blob holds (never itself
     # a field of the record: the journal and the notebook hold the value, inline or as the blob).
     result_text: str | None = field(default=None, repr=False, compare=False)
@@ -121,11 +126,15 @@ class CallRecord:
         entry: dict[str, Any] = {
             "seq": self.seq, "id": self.id, "tool": self.tool, "args": self.args, "args_sha256": self.args_sha256,
             "decision": self.decision, "rule": self.rule, "ok": self.ok, "started": self.started,
-            "duration_ms": round(self.duration_ms, 3),
+            "duration_ms": round(self.duration_ms, 3), "effect": self.effect,
         }
-        for key in ("approval", "counters", "idempotency_key", "trace", "converted"):
+        for key in ("approval", "counters", "idempotency_key", "trace", "converted", "answered_from"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)
+        if self.ran and not self.ok:
+            entry["ran"] = True
+        if self.result_redacted:
+            entry["result_redacted"] = True
         claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),
                                                    ("thread", self.thread)) if value is not None}
         if claimed:

@@ -25,6 +25,8 @@ from typing import Any, Literal, cast
 
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._json import digest
+from cellgate.gate.calls import effects
+from cellgate.gate.calls.effects import Effect
 from cellgate.gate.calls.stubgen import RESERVED, check_identifier
 
 
@@ -47,8 +49,14 @@ class Tool:
     # ``add_tools``): "ask" is the policy's "approve". When set, it is the default decision (the policy's
     # [policy.tools.<name>] still overrides it, as it does every tool's default).
     decision: Literal["allow", "deny", "ask"] | None = None
+    # What the tool does to the world (``calls.effects``): None is the default, "write"; ``effect_from`` says who
+    # said it ("the tool's code", "the server's hint", "policy").
+    effect: Effect | None = None
+    effect_from: str = ""
 
     def __post_init__(self) -> None:
+        if self.effect is not None:
+            effects.checked(self.effect, f"tool {self.name!r}")
         if self.decision is None:
             return
         if self.decision not in ("allow", "deny", "ask"):
@@ -58,10 +66,16 @@ class Tool:
 
     @classmethod
     def from_function(cls, function: Callable[..., Any], name: str | None = None, source: str = "",
-                      decision: Literal["allow", "deny", "ask"] | None = None) -> Tool:
+                      decision: Literal["allow", "deny", "ask"] | None = None, effect: Effect | None = None) -> Tool:
         """A tool described from a function's signature and docstring (``tool_from_function``), e.g.
-        ``Tool.from_function(refund, decision="ask")``."""
-        return tool_from_function(function, name, source, decision)
+        ``Tool.from_function(refund, decision="ask", effect="write")``."""
+        return tool_from_function(function, name, source, decision, effect)
+
+    with_effect = staticmethod(effects.marking)  # ``@Tool.with_effect("read")`` on a tool function
+
+    def effective_effect(self, policy_effect: str | None = None) -> tuple[Effect, str]:
+        """The effect a call of this tool has, and who said it (``[policy.tools.NAME] effect`` first)."""
+        return effects.resolve(policy_effect, self.effect, self.effect_from or "the tool's code")
 
     def manifest_entry(self) -> dict[str, Any]:
         # JSON object order is not kept by every writer (notebooks sort keys), so the
@@ -70,6 +84,7 @@ class Tool:
         entry = {"name": self.name, "description": self.description, "parameters": self.parameters, "order": order}
         if self.returns is not None:
             entry["returns"] = self.returns
+        entry["effect"] = self.effect or effects.DEFAULT
         return entry
 
 
@@ -83,8 +98,10 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def tool_from_function(function: Callable[..., Any], name: str | None = None, source: str = "",
-                       decision: Literal["allow", "deny", "ask"] | None = None) -> Tool:
-    """A tool described from a function's signature and docstring (``decision``: see ``Tool.decision``)."""
+                       decision: Literal["allow", "deny", "ask"] | None = None,
+                       effect: Effect | None = None) -> Tool:
+    """A tool described from a function's signature and docstring (``decision``: see ``Tool.decision``;
+    ``effect``: else what the function's ``@cellgate.effect`` says, see ``calls.effects``)."""
     name = name or getattr(function, "__name__", None)
     if not isinstance(name, str):
         raise ConfigError(f"tool {function!r} has no __name__ to call it by; pass name=... (tool_from_function) "
@@ -128,8 +145,10 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
         if arg in described:
             prop["description"] = described[arg]
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
+    said = effect if effect is not None else effects.declared(function, f"tool {name!r} ({source or '?'})")
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
-                accepts_idempotency_key=takes_key, returns=_result_schema(function), decision=decision)
+                accepts_idempotency_key=takes_key, returns=_result_schema(function), decision=decision,
+                effect=said, effect_from="the tool's code" if said is not None else "")
 
 
 def _result_schema(function: Callable[..., Any]) -> dict[str, Any] | None:
@@ -258,6 +277,15 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def with_policy_effects(self, said: Callable[[str], str | None]) -> None:
+        """Give each tool the effect the policy says for it (``said(name)``; None: the tool's own stands), so the
+        manifest, the stubs and the record all show the effect calls will have."""
+        for name, tool in self._tools.items():
+            policy_effect = said(name)
+            if policy_effect is not None:
+                self._tools[name] = dataclasses.replace(tool, effect=effects.checked(
+                    policy_effect, f"[policy.tools.{name}] effect"), effect_from="policy")
 
     def names(self) -> list[str]:
         return sorted(self._tools)

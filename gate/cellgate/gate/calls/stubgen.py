@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from cellgate.gate._errors import ConfigError
+from cellgate.gate.calls import effects
 
 RESERVED = frozenset({"search", "describe", "aio", "ptc", "ToolError", "ReplayDivergence"})
 CALL_STYLES = ("module", "ptc")  # [tools] call_style
@@ -137,6 +138,9 @@ def docstring(tool: dict[str, Any]) -> str:
         lines.append(f"    {name} ({note}): {described}".rstrip())
     if lines:
         text += "\n\nArgs:\n" + "\n".join(lines)
+    effect = str(tool.get("effect") or effects.DEFAULT)
+    if effect in effects.MEANING:
+        text += f"\n\nEffect: {effect} ({effects.MEANING[effect]})."
     return text
 
 
@@ -270,8 +274,8 @@ def generate(manifest: list[dict[str, Any]], call_style: str = "module") -> dict
         '``tools.aio`` holds async twins for ``asyncio.gather``.\n"""\n',
         header,
         "from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)\n"
-        "    ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,\n"
-        "    ToolTimeout, ToolUnavailable, ToolValidationError,\n"
+        "    OutcomeUnknown, ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound,\n"
+        "    ToolRateLimited, ToolTimeout, ToolUnavailable, ToolValidationError,\n"
         ")\n\n"
         f"_MANIFEST = _runtime.load_manifest({manifest_json!r})\n"
         f"_SIGNATURES = { {t['name']: signature(t, shown=True) for t in everything}!r}\n\n",

@@ -255,11 +255,14 @@ def _add_policy(sub: Any) -> None:
         source_defaults = {name: tool.default_decision for name in registry.names()
                            if (tool := registry.get(name)) is not None and tool.default_decision}
         policy = settings.policy
+        said = {name: "{} ({})".format(*tool.effective_effect(policy.effect(name)))
+                for name in registry.names() if (tool := registry.get(name)) is not None}
         table = Table(title=f"effective policy of {a.config} (default: {policy.default})")
-        for column in ("tool", "decision", "rules", "rate", "expose", "secrets", "known"):
+        columns = ("tool", "decision", "effect", "rules", "rate", "expose", "secrets", "known")
+        for column in columns:
             table.add_column(column)
-        for row in decision_table(policy, registry.names(), source_defaults):
-            table.add_row(*(Text(clean(row[c])) for c in ("tool", "decision", "rules", "rate", "expose", "secrets", "known")))
+        for row in decision_table(policy, registry.names(), source_defaults, said):
+            table.add_row(*(Text(clean(row[c])) for c in columns))
         Console(highlight=False).print(table)
         budgets = {k: getattr(policy, k) for k in ("max_calls_per_cell", "max_calls_per_session", "max_arg_bytes",
                                                     "max_result_bytes", "approver", "approval_timeout")}

@@ -167,6 +167,7 @@ class GVisorProvisioner(LocalProvisioner):
         configured = [] if options.registry else configured_sources(settings)
         sources = open_all([*configured, *options.sources], registry)
         try:
+            registry.with_policy_effects(settings.policy.effect)  # the manifest and stubs say what calls will do
             tools_files = stubgen.generate(registry.manifest(), settings.tools.call_style)
             metadata = session_metadata(settings, registry, runtime, [*settings.tool_paths(), *granted],
                                         session_id, options.metadata)

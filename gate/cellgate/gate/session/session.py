@@ -16,7 +16,7 @@ import queue
 import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -34,7 +34,9 @@ from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
+from cellgate.gate.calls.retry import last_failed as retry_of_last_failed
 from cellgate.gate.calls.sources import ToolSource
+from cellgate.gate.calls.writes import Writes
 from cellgate.gate.config import Settings
 from cellgate.gate.sandbox.images.spec import REQUIREMENT
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, CellgateSpecManager
@@ -91,6 +93,9 @@ class CellResult:
     execution_count: int | None
     limits_hit: list[str]
     error: dict[str, str] | None
+    # Its writes by outcome (committed, answered from the record, failed, unknown) and its count of reads
+    # (``calls.writes``): after a failure, what is already done in the world.
+    writes: Writes = field(default_factory=Writes)
 
     @property
     def ok(self) -> bool:
@@ -122,6 +127,7 @@ class CellResult:
             status=str(record.status), outputs=[dict(o) for o in record.outputs],
             calls=sorted(record.call_records, key=lambda c: c.seq), execution_count=record.execution_count,
             limits_hit=list(record.limits_hit), error=record.error,
+            writes=Writes.of([*record.calls, *(dict(c, outcome="unknown") for c in record.pending_calls.values())]),
         )
 
 
@@ -436,12 +442,22 @@ class Session:
 
     async def execute(self, code: str, timeout: float | None = None, traceparent: str | None = None,
                       on_output: Callable[[dict[str, Any]], None] | None = None,
-                      on_call: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
+                      on_call: Callable[[dict[str, Any]], None] | None = None, retry: bool = False) -> CellResult:
         """Run ``code`` as one cell; returns when the host has recorded its end. ``traceparent``: the caller's
         trace, which the cell's span continues when the session is traced (sent in the request's metadata).
         ``on_output`` is called on this event loop with each output as it is recorded (as the notebook holds
-        it), all of them before this returns; ``on_call`` likewise with each gated call's record as it ends."""
-        return CellResult.from_record(await self._execute(code, timeout, traceparent, on_output, on_call=on_call))
+        it), all of them before this returns; ``on_call`` likewise with each gated call's record as it ends.
+
+        ``retry=True``: the cell retries the session's last failed cell (SessionError if it did not fail): each
+        write equal to one an earlier attempt committed is answered from the record, not made again
+        (``calls.retry``). Without it, a re-run repeats every write."""
+        if retry and not isinstance(retry, bool):
+            raise SessionError(f"retry must be True or False, not {retry!r}")
+        if retry and retry_of_last_failed(self.provisioner.started.recorder.cells) is None:
+            raise SessionError("retry=True: the session's last cell did not fail (or it ran none), so there is "
+                               "nothing to retry; run the code without retry")
+        return CellResult.from_record(await self._execute(code, timeout, traceparent, on_output, on_call=on_call,
+                                                          retry=retry))
 
     async def run_command(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         """Run ``argv`` in the sandbox (no shell unless argv names one, e.g. ``["sh", "-c", line]``), as one cell
@@ -476,7 +492,7 @@ class Session:
     async def _execute(self, code: str, timeout: float | None, traceparent: str | None,
                        on_output: Callable[[dict[str, Any]], None] | None,
                        argv: list[str] | None = None,
-                       on_call: Callable[[dict[str, Any]], None] | None = None) -> CellRecord:
+                       on_call: Callable[[dict[str, Any]], None] | None = None, retry: bool = False) -> CellRecord:
         if self.dead:
             raise KernelDied("the sandboxed kernel was stopped; call restart() to get a fresh one")
         provisioner = self.provisioner
@@ -486,7 +502,9 @@ class Session:
             raise SessionError(NOT_STARTED)
         # As KernelClient.execute sends it, with the metadata it has no parameter for; made first, so that its
         # outputs are followed from the start.
-        metadata = {"traceparent": checked_traceparent(traceparent)} if traceparent is not None else {}
+        metadata: dict[str, Any] = {"traceparent": checked_traceparent(traceparent)} if traceparent is not None else {}
+        if retry:
+            metadata["cellgate"] = {"retry": True}
         msg = self._client.session.msg("execute_request", {
             "code": code, "silent": False, "store_history": True, "user_expressions": {NAMES: NAMES_EXPRESSION},
             "allow_stdin": False, "stop_on_error": True}, metadata=metadata)

@@ -68,6 +68,8 @@ async def add(started: Started, execute: Callable[[str], Awaitable[Ran]], items:
     registry = started.registry
     current = [tool for name in registry.names() if (tool := registry.get(name)) is not None]
     together = ToolRegistry([*current, *tools])  # a name twice or a reserved one: ConfigError, nothing changed
+    together.with_policy_effects(started.settings.policy.effect)
+    tools = [tool for tool in (together.get(t.name) for t in tools) if tool is not None]
     files = stubgen.generate(together.manifest(), started.settings.tools.call_style)
     gate = started.service.dispatcher
     for tool in tools:

@@ -32,6 +32,11 @@ def restricted(problems: list[str]) -> dict[str, Any]:
     return failure("RestrictedCompileError", evalue)
 
 
+def nothing_to_retry() -> dict[str, Any]:
+    return failure("NothingToRetry", "this cell was sent as a retry, but the session's last cell did not fail (or "
+                                     "there is none): a retry continues a failed cell. Send it without retry")
+
+
 def unknown_subshell(subshell_id: Any) -> dict[str, Any]:
     return failure("UnknownSubshell", f"the cell was sent to subshell {str(subshell_id)[:80]!r}, which the host did "
                                       "not see this kernel create; create one with a create_subshell_request on the "

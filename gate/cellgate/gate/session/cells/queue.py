@@ -31,11 +31,14 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from cellgate.gate.audit.artifacts import blob_value
 from cellgate.gate.audit.cells import CellStatus
 from cellgate.gate.audit.recorder import CellRecord, Recorder
+from cellgate.gate.calls import retry
 from cellgate.gate.calls.asking import NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.policy import CellCounts
+from cellgate.gate.calls.retry import CellWrites
 from cellgate.gate.sandbox.cpuclock import CpuSource
 from cellgate.gate.session.cells import frontend_replies
 from cellgate.gate.session.cells.cell_clock import CellClock
@@ -96,12 +99,28 @@ class CellRun:
     counts: CellCounts = field(default_factory=CellCounts)  # its calls, for the per-cell budgets
     # Unique per cell run (a client's msg_ids start over after a restart): what approvals are withdrawn by.
     key: str = field(default_factory=lambda: os.urandom(8).hex())
+    writes: CellWrites | None = None  # its keys, and a retry's record of earlier attempts: set when it starts
 
     def scope(self, notices: WaitingNotices | None = None) -> CallScope:
         """What the dispatcher attributes a call of this cell to; ``notices`` shows its waits for a person."""
         return CallScope(cell=self.record, msg_id=self.record.msg_id, key=self.key, source=self.record.source,
                          clock=self.clock if self.clock is not None else NoClock(), refusals=self.refusals,
-                         notices=notices or NoNotices(), counts=self.counts)
+                         notices=notices or NoNotices(), counts=self.counts, writes=self.writes)
+
+
+def cell_writes(recorder: Recorder, record: CellRecord) -> CellWrites:
+    """A starting cell's keys; for a retry, what the earlier attempts of its chain did, from the record."""
+    chain = retry.chain_of(record)
+    if "retry_of" not in record.extra:
+        return CellWrites(chain=chain)
+    earlier = retry.attempts((cell for cell in recorder.cells if cell is not record), chain)
+
+    def load(call: dict[str, Any]) -> Any:  # a result the record keeps as a blob: read back, its digest checked
+        if "result" in call:
+            return call["result"]
+        return blob_value(recorder.notebook_path.parent, recorder.journal.path.name, call, "a retried call")
+
+    return CellWrites(chain=chain, record=retry.remembered(earlier), retry=True, load=load)
 
 
 class KernelControl(Protocol):
@@ -249,6 +268,7 @@ class CellQueue:
         head.clock = CellClock(asyncio.get_running_loop(), self.timeouts.cell, kernel.cpu_source,
                                lambda: self._on_timeout(head))
         head.clock.start()  # before anything is journalled: the cell runs under its clock whatever the journal does
+        head.writes = cell_writes(self.recorder, head.record)
         self.events.write(lambda: self.recorder.cell_started(head.record))
         self.dispatcher.new_cell()
 

@@ -22,6 +22,7 @@ from jupyter_client.session import Session
 from cellgate.gate._errors import SessionError
 from cellgate.gate.audit.journal import JournalError
 from cellgate.gate.audit.recorder import CellRecord, output_dict
+from cellgate.gate.calls import retry
 from cellgate.gate.calls.protocol import ProtocolError
 from cellgate.gate.session.bounds import (
     MAX_HEADER_BYTES,
@@ -81,14 +82,18 @@ class Taps:
         request = FrontendRequest(header=msg["header"], idents=cast(list[bytes], list(idents)), allow_stdin=content.get("allow_stdin") is True)
         subshell_id = msg["header"].get("subshell_id")
         shell = subshell_id if self.cells.subshells.knows(subshell_id) else None
+        meta = msg.get("metadata")
+        asked = meta.get("cellgate") if isinstance(meta, dict) else None
+        retrying = isinstance(asked, dict) and asked.get("retry") is True  # ``calls.retry``
+        failed = retry.last_failed(self.recorder.cells) if retrying else None
         try:
-            meta = msg.get("metadata")
             traceparent = meta.get("traceparent") if isinstance(meta, dict) else None  # the sender's trace, if any
             argv = self.commands.claim(msg_id, code)
             record = self.recorder.cell_sent(msg_id, code if argv is None else command_source(argv),
                                              bool(content.get("silent")), "code" if argv is None else "command",
                                              subshell=shell, argv=argv,
-                                             traceparent=traceparent if is_traceparent(traceparent) else None)
+                                             traceparent=traceparent if is_traceparent(traceparent) else None,
+                                             retry_of=retry.chain_of(failed) if failed is not None else None)
         except JournalError as exc:
             # A cell that cannot be recorded is not run: answer it here, never forward it.
             error = frontend_replies.audit_unavailable(str(exc))
@@ -96,6 +101,9 @@ class Taps:
             if not future.done():
                 future.set_exception(SessionError(error["evalue"]))
             self.cells.answer_soon(request, error)
+            return False
+        if retrying and failed is None:
+            self._reject(record, request, frontend_replies.nothing_to_retry(), "retry")
             return False
         if subshell_id is not None and shell is None:
             self._reject(record, request, frontend_replies.unknown_subshell(subshell_id), "subshell")

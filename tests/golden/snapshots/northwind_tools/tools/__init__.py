@@ -9,11 +9,11 @@ import typing as _t
 
 from cellgate.kernel import runtime as _runtime
 from cellgate.kernel.errors import (  # noqa: F401  (re-exported for except clauses)
-    ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound, ToolRateLimited,
-    ToolTimeout, ToolUnavailable, ToolValidationError,
+    OutcomeUnknown, ReplayDivergence, ToolBudgetExceeded, ToolBusy, ToolDenied, ToolError, ToolNotFound,
+    ToolRateLimited, ToolTimeout, ToolUnavailable, ToolValidationError,
 )
 
-_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","name":"create_task","order":["order_id","kind"],"parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"},"returns":{"additionalProperties":true,"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","name":"list_orders","order":["month"],"parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"},"returns":{"items":{"additionalProperties":true,"type":"object"},"type":"array"}}]')
+_MANIFEST = _runtime.load_manifest('[{"description":"Open a task about an order for the support team.","effect":"write","name":"create_task","order":["order_id","kind"],"parameters":{"additionalProperties":false,"properties":{"kind":{"description":"What the team should do.","enum":["follow_up","refund","escalate"],"type":"string"},"order_id":{"description":"The order the task is about.","type":"string"}},"required":["order_id","kind"],"type":"object"},"returns":{"additionalProperties":true,"type":"object"}},{"description":"All orders placed in a month, with their carrier and how many days late they arrived.","effect":"write","name":"list_orders","order":["month"],"parameters":{"additionalProperties":false,"properties":{"month":{"description":"The month as YYYY-MM, e.g. 2026-10.","type":"string"}},"required":["month"],"type":"object"},"returns":{"items":{"additionalProperties":true,"type":"object"},"type":"array"}}]')
 _SIGNATURES = {'create_task': "(order_id: str, kind: Literal['follow_up', 'refund', 'escalate'])", 'list_orders': '(month: str)'}
 
 def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate']) -> dict[str, _t.Any]:
@@ -22,6 +22,8 @@ def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'escalate
     Args:
         order_id (str): The order the task is about.
         kind (Literal['follow_up', 'refund', 'escalate']): What the team should do.
+
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
     """
     return _runtime.call('create_task', {'order_id': order_id, 'kind': kind})
 
@@ -30,6 +32,8 @@ def list_orders(month: str) -> list[dict[str, _t.Any]]:
 
     Args:
         month (str): The month as YYYY-MM, e.g. 2026-10.
+
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
     """
     return _runtime.call('list_orders', {'month': month})
 

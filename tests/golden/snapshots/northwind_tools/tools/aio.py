@@ -10,6 +10,8 @@ async def create_task(order_id: str, kind: _t.Literal['follow_up', 'refund', 'es
     Args:
         order_id (str): The order the task is about.
         kind (Literal['follow_up', 'refund', 'escalate']): What the team should do.
+
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
     """
     return await _runtime.acall('create_task', {'order_id': order_id, 'kind': kind})
 
@@ -18,6 +20,8 @@ async def list_orders(month: str) -> list[dict[str, _t.Any]]:
 
     Args:
         month (str): The month as YYYY-MM, e.g. 2026-10.
+
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
     """
     return await _runtime.acall('list_orders', {'month': month})
 

@@ -17,6 +17,8 @@ async def create_task(args: dict[str, _t.Any] | None = None) -> str:
         order_id (str): The order the task is about.
         kind (Literal['follow_up', 'refund', 'escalate']): What the team should do.
 
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
+
     Programmatic-tool-calling style: pass one dict of the arguments above; the result comes back as JSON text (a str result as it is).
     """
     return await _ptc.call('create_task', args)
@@ -26,6 +28,8 @@ async def list_orders(args: dict[str, _t.Any] | None = None) -> str:
 
     Args:
         month (str): The month as YYYY-MM, e.g. 2026-10.
+
+    Effect: write (changes the world; a retry answers it from the record and never repeats it).
 
     Programmatic-tool-calling style: pass one dict of the arguments above; the result comes back as JSON text (a str result as it is).
     """

@@ -1,0 +1,177 @@
+"""Writes you can trust: after a failure the caller knows which writes happened, and a retry never repeats them.
+
+The tools write to a file on the host (the world): each ``create_task`` appends a line, ``list_tasks`` reads
+them. A cell loops over 10 writes and fails at the 8th; the caller is told the 7 committed writes with their
+arguments; a retry of the fixed cell makes exactly the 3 missing ones; a plain re-run repeats every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from cellgate.gate import Session, SessionError
+from cellgate.gate.audit.recorder import journal_path
+from cellgate.gate.calls.retry import KEY_PREFIX
+
+pytestmark = pytest.mark.gvisor
+
+TOOLS = '''
+import json, os, threading
+from cellgate.gate import Tool
+
+WORLD = os.environ["CELLGATE_TEST_WORLD"]
+STOP = threading.Event()
+
+
+def _tasks():
+    try:
+        with open(WORLD) as f:
+            return [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return []
+
+
+def create_task(title: str) -> dict:
+    """Create a task (a write)."""
+    with open(WORLD, "a") as f:
+        task = {"id": f"T-{len(_tasks()) + 1}", "title": title}
+        f.write(json.dumps(task) + "\\n")
+    return task
+
+
+@Tool.with_effect("read")
+def list_tasks() -> list:
+    """The tasks that exist."""
+    return [t["title"] for t in _tasks()]
+
+
+def slow_write(title: str) -> str:
+    """A write that outlives its deadline the first time (it does happen)."""
+    with open(WORLD, "a") as f:
+        f.write(json.dumps({"id": "slow", "title": title}) + "\\n")
+    if not os.path.exists(WORLD + ".fast"):
+        STOP.wait(30)
+    return "done"
+
+
+def keyed_write(title: str, *, idempotency_key: str) -> str:
+    """A write that takes an idempotency key and outlives its deadline the first time."""
+    with open(WORLD, "a") as f:
+        f.write(json.dumps({"id": "keyed", "title": title, "key": idempotency_key}) + "\\n")
+    if not os.path.exists(WORLD + ".fast"):
+        STOP.wait(30)
+    return "done"
+'''
+
+LOOP = '''
+made = []
+for i in range(10):
+    if i == 7 and BROKEN:
+        raise RuntimeError("the 8th task's title could not be built")
+    made.append(tools.create_task(title=f"task {i}"))
+print(len(made), "made;", len(tools.list_tasks()), "exist")
+'''
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "world.jsonl"
+    monkeypatch.setenv("CELLGATE_TEST_WORLD", str(path))
+    (tmp_path / "tasks.py").write_text(TOOLS)
+    (tmp_path / "cellgate.toml").write_text("[sandbox]\ncall_timeout = 2\n")
+    return path
+
+
+def lines(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_failed_loop_reports_its_writes_and_a_retry_makes_only_the_missing_ones(
+        tmp_path: Path, world: Path, runsc: object) -> None:
+    async def scenario() -> None:
+        notebook = tmp_path / "run.ipynb"
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=notebook) as session:
+            with pytest.raises(SessionError, match="nothing to retry"):
+                await session.execute("1", retry=True)
+            failed = await session.execute("BROKEN = True\n" + LOOP)
+            assert failed.status == "error"
+            assert [w.args for w in failed.writes.committed] == [{"title": f"task {i}"} for i in range(7)]
+            assert [w.result_id for w in failed.writes.committed] == [f"T-{i}" for i in range(1, 8)]
+            assert not failed.writes.failed and not failed.writes.unknown
+            summary = failed.writes.summary(failed_cell=True)
+            assert "7 committed" in summary and "task 6" in summary and "retry=True" in summary
+            assert len(lines(world)) == 7
+
+            retried = await session.execute("BROKEN = False\n" + LOOP, retry=True)
+            assert retried.ok, retried.text
+            # Exactly the 3 missing writes ran; the read in the retry saw the live state (10 tasks).
+            assert [t["title"] for t in lines(world)] == [f"task {i}" for i in range(10)]
+            assert retried.stdout == "10 made; 10 exist\n"
+            assert len(retried.writes.answered) == 7 and len(retried.writes.committed) == 3
+            assert [w.answered_from for w in retried.writes.answered] == [c.seq for c in failed.calls]
+            assert retried.writes.reads == 1
+
+            # A plain re-run is the caller's choice: every write again.
+            again = await session.execute("BROKEN = False\n" + LOOP)
+            assert again.ok and len(again.writes.committed) == 10 and not again.writes.answered
+            assert len(lines(world)) == 20
+            # A retry after a success is refused: there is nothing to retry.
+            with pytest.raises(SessionError, match="nothing to retry"):
+                await session.execute(LOOP, retry=True)
+        journal = [json.loads(line) for line in journal_path(notebook).read_text().splitlines()]
+        sent = [r for r in journal if r["event"] == "cell-sent" and "BROKEN" in r["source"]]
+        assert sent[1].get("retry_of") == sent[0]["msg_id"] and "retry_of" not in sent[2]
+        finished = [r["call"] for r in journal if r["event"] == "call-finished"]
+        keys = [c["idempotency_key"] for c in finished]
+        assert all(key.startswith(KEY_PREFIX) for key in keys)
+        # The same call has the same key in the retry; the plain re-run's are its own.
+        first, retry_calls, rerun = finished[:7], finished[7:18], finished[18:]
+        assert [c["idempotency_key"] for c in retry_calls[:7]] == [c["idempotency_key"] for c in first]
+        assert not {c["idempotency_key"] for c in rerun} & set(keys[:18])
+        assert [c["effect"] for c in retry_calls] == ["write"] * 10 + ["read"]
+
+    asyncio.run(scenario())
+
+
+def test_a_write_that_outlives_its_deadline_reruns_only_under_its_key(
+        tmp_path: Path, world: Path, runsc: object) -> None:
+    async def scenario() -> None:
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=tmp_path / "run.ipynb") as session:
+            first = await session.execute("tools.keyed_write(title='a')\ntools.slow_write(title='b')")
+            assert first.status == "error"
+            (unknown,) = first.writes.unknown
+            assert unknown.tool == "keyed_write"
+            Path(str(world) + ".fast").touch()
+            # The keyed write runs again, with the same key (the API deduplicates by it); the next write is new.
+            second = await session.execute("tools.keyed_write(title='a')\ntools.slow_write(title='b')", retry=True)
+            assert second.ok, second.text
+            assert [w.tool for w in second.writes.committed] == ["keyed_write", "slow_write"]
+        keyed = [t for t in lines(world) if t["id"] == "keyed"]
+        assert len(keyed) == 2 and keyed[0]["key"] == keyed[1]["key"] and keyed[0]["key"].startswith(KEY_PREFIX)
+
+    asyncio.run(scenario())
+
+
+def test_an_unkeyed_write_of_unknown_outcome_raises_outcome_unknown(
+        tmp_path: Path, world: Path, runsc: object) -> None:
+    async def scenario() -> None:
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=tmp_path / "run.ipynb") as session:
+            first = await session.execute("tools.slow_write(title='b')")
+            assert first.status == "error" and [w.tool for w in first.writes.unknown] == ["slow_write"]
+            Path(str(world) + ".fast").touch()
+            second = await session.execute(
+                "try:\n    tools.slow_write(title='b')\nexcept tools.OutcomeUnknown as e:\n"
+                "    print('unknown:', e.kind, '#1' in str(e))\n    print(tools.list_tasks())\n", retry=True)
+            assert second.ok, second.text
+            assert second.stdout == "unknown: outcome_unknown True\n['b']\n"
+            assert [w.tool for w in second.writes.unknown] == ["slow_write"]
+        assert len([t for t in lines(world) if t["id"] == "slow"]) == 1
+
+    asyncio.run(scenario())
