@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
+from typing import Any
 
+import nbformat
 import pytest
+from conftest import cellgate
+from jupyter_client import KernelManager
 
 from cellgate.gate import Session, SessionError
 from cellgate.gate.audit.recorder import journal_path
+from cellgate.gate.audit.verify import check_run
 from cellgate.gate.calls.retry import KEY_PREFIX
+from cellgate.gate.calls.writes import Writes
 
 pytestmark = pytest.mark.gvisor
 
@@ -175,3 +182,97 @@ def test_an_unkeyed_write_of_unknown_outcome_raises_outcome_unknown(
         assert len([t for t in lines(world) if t["id"] == "slow"]) == 1
 
     asyncio.run(scenario())
+
+
+# The gate's own process is killed while the 5th write is in flight: the tool has written it, and SIGKILLs the
+# process it runs in (the kernelspec's launcher: the gate) before it can answer.
+DYING_TOOLS = TOOLS + '''
+
+def create_and_die(title: str) -> dict:
+    """create_task, but the host process dies in the middle of the write named by CELLGATE_TEST_DIE_AT, once."""
+    import signal
+    task = create_task(title)
+    if title == os.environ["CELLGATE_TEST_DIE_AT"] and not os.path.exists(WORLD + ".died"):
+        open(WORLD + ".died", "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return task
+'''
+
+CRASH_LOOP = '''
+for i in range(10):
+    title = f"task {i}"
+    try:
+        tools.create_and_die(title=title)
+    except tools.OutcomeUnknown:
+        if title not in tools.list_tasks():  # look first, then write only if it is missing
+            tools.create_and_die(title=title)
+print(len(tools.list_tasks()), "exist")
+'''
+
+
+def run_cell(kc: Any, code: str, retry: bool = False, timeout: float = 120) -> tuple[dict[str, Any], str]:
+    """Send one execute_request (with the retry metadata, as any frontend can) and read it to its reply."""
+    msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
+                                             "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+                         metadata={"cellgate": {"retry": True}} if retry else {})
+    kc.shell_channel.send(msg)
+    text = []
+    while True:
+        out = kc.get_iopub_msg(timeout=timeout)
+        if out["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+            continue
+        if out["msg_type"] == "stream":
+            text.append(out["content"]["text"])
+        elif out["msg_type"] == "error":
+            text.append(f"{out['content']['ename']}: {out['content']['evalue']}\n")
+        elif out["msg_type"] == "status" and out["content"]["execution_state"] == "idle":
+            break
+    while True:
+        reply = kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply["content"], "".join(text)
+
+
+def test_a_gate_killed_mid_loop_is_continued_by_a_new_process_whose_retry_answers_from_the_record(
+        tmp_path: Path, world: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> None:
+    (tmp_path / "dying.py").write_text(DYING_TOOLS)
+    done = cellgate("install", "--prefix", str(tmp_path / "prefix"), check=True)
+    assert "installed kernelspec" in done.stdout
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
+    config = tmp_path / "crash.toml"
+    config.write_text(f'[tools]\nmodules = ["{tmp_path / "dying.py"}"]\n\n[audit]\ndir = "audit"\n\n'
+                      '[policy]\ndefault = "allow"\n')
+    monkeypatch.setenv("CELLGATE_CONFIG", str(config))
+    monkeypatch.setenv("CELLGATE_TEST_DIE_AT", "task 4")
+    km = KernelManager(kernel_name="cellgate")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        msg_id = kc.execute(CRASH_LOOP)
+        km.provisioner.process.wait(timeout=120)  # the launcher (the gate's process) was SIGKILLed by the tool
+        assert msg_id and km.provisioner.process.returncode == -signal.SIGKILL
+        assert [t["title"] for t in lines(world)] == [f"task {i}" for i in range(5)]  # the 5th was made
+        km.restart_kernel(now=True)  # a new launcher process: it continues the record from the journal
+        kc.wait_for_ready(timeout=120)
+        reply, text = run_cell(kc, CRASH_LOOP, retry=True)
+        assert reply["status"] == "ok", text
+        assert text == "10 exist\n"
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=False)
+    # 10 tasks on the host, each once: 4 answered from the record, the 5th looked up, the last 5 made.
+    assert sorted(t["title"] for t in lines(world)) == sorted(f"task {i}" for i in range(10))
+    (notebook,) = sorted((tmp_path / "audit").glob("*.ipynb"))
+    nb = nbformat.read(notebook, as_version=4)
+    killed, retried = [c for c in nb.cells if c.cell_type == "code"]
+    assert killed.metadata.cellgate.status == "killed"
+    in_flight = [c for c in killed.metadata.cellgate.calls if c.get("outcome") == "needs-reconciliation"]
+    assert [c["args"] for c in in_flight] == [{"title": "task 4"}]
+    writes = Writes.of(retried.metadata.cellgate.calls)
+    assert [w.args["title"] for w in writes.answered] == [f"task {i}" for i in range(4)]
+    assert [(w.args["title"], w.error is not None and "#5" in w.error) for w in writes.unknown] == [("task 4", True)]
+    assert [w.args["title"] for w in writes.committed] == [f"task {i}" for i in range(5, 10)]
+    assert writes.reads == 2
+    assert check_run(notebook).problems == []

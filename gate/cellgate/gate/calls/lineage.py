@@ -12,6 +12,7 @@ the lineage's totals; a share is never larger than what its parent has left.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,6 +30,7 @@ from cellgate.gate import _hostkey as hostkey
 ID = re.compile(r"^[0-9a-f]{16,64}$")
 SHARE = "session"  # the name a member's share counts: its calls (max_calls_per_session)
 MAX_LEDGER_BYTES = 4 << 20
+LINEAGE_EVENT = "gate-lineage"  # the journal record naming a session's lineage (``record()``)
 
 
 class BudgetRefused(Exception):  # noqa: N818 - a refusal, not a failure
@@ -76,6 +78,16 @@ class Lineage:
         if not isinstance(record, dict) or not isinstance(record.get("id"), str):
             return None
         return cls(record["id"], tuple(str(s) for s in record.get("shares") or ()))
+
+    @classmethod
+    def journalled(cls, records: Iterable[dict[str, Any]]) -> Lineage | None:
+        """The lineage a session's journal names last (a record read back: checked like any other), or None."""
+        named = None
+        for record in records:
+            if record.get("event") == LINEAGE_EVENT:
+                with contextlib.suppress(ValueError):
+                    named = cls.from_record(record.get("lineage")) or named
+        return named
 
     def record(self) -> dict[str, Any]:
         return {"id": self.id, "shares": list(self.shares)}

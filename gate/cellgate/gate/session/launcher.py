@@ -49,6 +49,7 @@ from cellgate.gate.audit.recorder import Recorder
 from cellgate.gate.audit.resume import Previous, read_previous, resume, setup_changes
 from cellgate.gate.calls.approval import Approver
 from cellgate.gate.calls.dispatch import CallLog, Dispatcher
+from cellgate.gate.calls.lineage import Lineage
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.sandbox.kernelspec import KERNEL_NAME, LAUNCHER_MODULE, CellgateSpecManager
@@ -129,8 +130,11 @@ class RecordChoice:
         if self.continued and self.previous is not None:  # the record's own session goes on
             session_id = str(self.previous.metadata.get("session_id", session_id))
             first_seq = self.previous.next_call_seq
-        return Dispatcher(registry, log=log, policy=policy, approver=approver, session_id=session_id,
+        gate = Dispatcher(registry, log=log, policy=policy, approver=approver, session_id=session_id,
                           call_timeout=call_timeout, first_seq=first_seq)
+        if self.continued and self.previous is not None:  # its budgets and idempotency keys go on too
+            gate.lineage = Lineage.journalled(self.previous.records) or gate.lineage
+        return gate
 
 
 def choose_record(state: LaunchState | None, connection_file: Path) -> RecordChoice:

@@ -37,6 +37,7 @@ from cellgate.gate.calls import stubgen
 from cellgate.gate.calls.approval import load_approver
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import Dispatcher
+from cellgate.gate.calls.lineage import LINEAGE_EVENT
 from cellgate.gate.calls.packages import TOOL_NAME, PackageInstaller
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
@@ -198,6 +199,9 @@ class GVisorProvisioner(LocalProvisioner):
         gate = options.gate_factory(registry, log=recorder, policy=settings.policy, approver=approver,
                                     session_id=session_id, call_timeout=box.call_timeout)
         recorder.scrub = gate.secrets.scrub_record  # secrets the gate sees never reach the journal
+        # The lineage its budgets and idempotency keys belong to (``calls.retry``), for a new host process that
+        # continues this record (``session.launcher``): its keys then stay the same.
+        recorder.event(LINEAGE_EVENT, lineage=gate.lineage.record())
         recorder.telemetry = gate.telemetry = load_telemetry(settings, metadata)
         service = Relay(
             dict(self.connection_info), gate, recorder,
