@@ -8,6 +8,7 @@ arguments; a retry of the fixed cell makes exactly the 3 missing ones; a plain r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -276,3 +277,81 @@ def test_a_gate_killed_mid_loop_is_continued_by_a_new_process_whose_retry_answer
     assert [w.args["title"] for w in writes.committed] == [f"task {i}" for i in range(5, 10)]
     assert writes.reads == 2
     assert check_run(notebook).problems == []
+
+
+PLAN_LOOP = '''
+made = [tools.create_task(title=f"task {i}") for i in range(N)]
+print(len(made), "writes;", len(tools.list_tasks()), "exist;", made[0])
+'''
+
+
+def test_a_plan_lists_50_writes_without_making_them_is_approved_once_and_applied_once(
+        tmp_path: Path, world: Path, runsc: object) -> None:
+    (tmp_path / "cellgate.toml").write_text('[sandbox]\ncall_timeout = 2\n\n[policy.tools.create_task]\n'
+                                            'decision = "approve"\n')
+    asked: list[str] = []
+
+    def approver(request: Any) -> bool:
+        asked.append(f"{request.tool}({request.args})")
+        return False  # a write outside a plan is asked, and this person says no
+
+    async def scenario() -> None:
+        notebook = tmp_path / "run.ipynb"
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=notebook, approver=approver) as session:
+            plan = await session.plan("N = 50\n" + PLAN_LOOP)
+            # Reads ran, writes did not: 0 on the host, 50 listed, each with the policy's decision.
+            assert lines(world) == [] and asked == []
+            assert plan.status == "ok", plan.output
+            assert plan.output.startswith("50 writes; 0 exist; <planned create_task result")
+            assert plan.counts == {"create_task": 50} and {w.decision for w in plan.writes} == {"approve"}
+            assert "plan " + plan.id in plan.table() and "50 writes (50 create_task)" in plan.table()
+            with pytest.raises(SessionError, match="not approved"):
+                await session.apply(plan)
+            plan.approve(by="ada", reason="the monthly tasks")
+            applied = await session.apply(plan)
+            assert applied.ok, applied.text
+            assert len(lines(world)) == 50 and asked == []  # one approval for the set, no other prompt
+            approvals = [c.approval for c in applied.calls if c.tool == "create_task"]
+            assert all(a is not None and a["plan"] == plan.id and a["approver"] == "ada" for a in approvals)
+            assert [a["planned_write"] for a in approvals if a] == list(range(1, 51))
+            with pytest.raises(SessionError, match="applied already"):
+                await session.apply(plan)
+
+            # A write not in the plan is asked (and refused here); the planned ones are approved by the plan.
+            small = await session.plan("N = 2\n" + PLAN_LOOP)
+            small.approve()
+            more = await session.apply(dataclasses.replace(small, code="N = 3\n" + PLAN_LOOP, id=small.id))
+            assert more.status == "error"
+            assert asked == ["create_task({'title': 'task 2'})"] and len(lines(world)) == 52
+
+            # A plan made before another cell ran is stale.
+            stale = await session.plan("N = 1\n" + PLAN_LOOP)
+            stale.approve()
+            await session.execute("x = 1")
+            with pytest.raises(SessionError, match="stale: the session ran 1 cell"):
+                await session.apply(stale)
+        assert check_run(notebook).problems == []
+        nb = nbformat.read(notebook, as_version=4)
+        notes = [c.source for c in nb.cells if c.cell_type == "markdown"]
+        assert any(n.startswith("**A plan was made") and "50 writes listed, none made" in n for n in notes)
+        assert any(n.startswith(f"**Plan `{plan.id}` was applied") and "`ada`" in n for n in notes)
+
+    asyncio.run(scenario())
+
+
+def test_a_discarded_trial_names_the_writes_that_stay(tmp_path: Path, world: Path, runsc: object) -> None:
+    async def scenario() -> None:
+        notebook = tmp_path / "run.ipynb"
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=notebook) as session:
+            trial = await session.trial("for i in range(3):\n    tools.create_task(title=f'trial {i}')")
+            stays = await trial.discard()
+            assert [w.args["title"] for w in stays.done] == ["trial 0", "trial 1", "trial 2"]
+            assert len(lines(world)) == 3  # the kernel forgot them; the world did not
+        assert check_run(notebook).problems == []
+        nb = nbformat.read(notebook, as_version=4)
+        (note,) = [c.source for c in nb.cells if c.cell_type == "markdown" and "trial cell" in c.source]
+        assert "was discarded. Its writes stay done in the world (3):" in note and "trial 2" in note
+
+    asyncio.run(scenario())

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from typing import Any, Final
 
 from .errors import ToolError, ToolNotFound, ToolTimeout, ToolUnavailable, ToolValidationError, error_for
+from .planned import Planned
 
 try:  # every image has orjson (the kernel's requirements); the host's own interpreter may not
     import orjson
@@ -267,7 +268,7 @@ def _settle(tool: str, future: Any, data: dict[str, Any]) -> None:
     if future.done():  # cancelled (a timeout) or already answered
         return
     if data.get("ok") is True:
-        future.set_result(data.get("result"))
+        future.set_result(Planned(tool) if data.get("planned") is True else data.get("result"))
         return
     error = data.get("error")
     if not isinstance(error, dict):

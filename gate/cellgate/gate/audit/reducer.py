@@ -25,7 +25,21 @@ CELL_EVENTS = frozenset({"cell-started", "output", "execute-input", "call-starte
 
 
 LIVE_EVENTS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded",
-               "session-continued")
+               "session-continued", "plan-made", "plan-applied")
+
+
+def _writes_that_stay(record: dict[str, Any]) -> str:
+    """A discarded trial's writes, which the kernel's state forgets and the world does not (read back: each line
+    shown as inline code, its backticks replaced, at most 20)."""
+    parts = []
+    for key, title in (("writes_stay", "Its writes stay done in the world"),
+                       ("writes_unknown", "Its writes of unknown outcome may be done")):
+        lines = record.get(key)
+        if isinstance(lines, list) and lines:
+            shown = [f"`{str(line)[:200].replace('`', chr(39))}`" for line in lines[:20]]
+            more = f" and {len(lines) - 20} more" if len(lines) > 20 else ""
+            parts.append(f" {title} ({len(lines)}): {', '.join(shown)}{more}.")
+    return "".join(parts)
 
 
 def live_note(record: dict[str, Any]) -> str:
@@ -41,8 +55,20 @@ def live_note(record: dict[str, Any]) -> str:
                 "notebook of its own that names this one.")
     if record["event"] in ("trial-kept", "trial-discarded"):
         verdict = "kept: the session goes on there" if record["event"] == "trial-kept" else "discarded"
-        return (f"**A trial cell ran in a fork** (`{str(record.get('notebook', ''))[:200]}`, "
+        note = (f"**A trial cell ran in a fork** (`{str(record.get('notebook', ''))[:200]}`, "
                 f"{str(record.get('status', ''))[:20]}) and was {verdict}.")
+        return note + _writes_that_stay(record)
+    if record["event"] == "plan-made":
+        lines = record.get("writes") if isinstance(record.get("writes"), list) else []
+        shown = ", ".join(f"`{str(line)[:200].replace('`', chr(39))}`" for line in lines[:20])
+        more = f" and {len(lines) - 20} more" if len(lines) > 20 else ""
+        return (f"**A plan was made at {record['time']}** (plan `{str(record.get('plan', ''))[:16]}`, in the fork "
+                f"`{str(record.get('notebook', ''))[:200]}`): {len(lines)} write{'' if len(lines) == 1 else 's'} "
+                f"listed, none made{': ' + shown + more if lines else ''}.")
+    if record["event"] == "plan-applied":
+        return (f"**Plan `{str(record.get('plan', ''))[:16]}` was applied at {record['time']}**, approved once by "
+                f"`{str(record.get('approver', ''))[:200].replace('`', chr(39))}`: the next cell is its code, each "
+                "of its writes approved by the plan.")
     if record["event"] == "session-continued":  # a kept trial's fork: the session goes on here
         return (f"**The trial was kept at {record['time']}**: the session of "
                 f"`{str(record.get('continued_from', ''))[:200]}` goes on in this notebook.")

@@ -48,6 +48,7 @@ from cellgate.gate.calls.approval import ApprovalRequest, Approver, DenyApprover
 from cellgate.gate.calls.asking import ApprovalDesk, CellClock, NoClock, NoNotices, WaitingNotices
 from cellgate.gate.calls.lineage import BudgetRefused, Lineage
 from cellgate.gate.calls.observer import NO_OBSERVER, CallObserver
+from cellgate.gate.calls.plans import Applying, PlannedWrite, Planning
 from cellgate.gate.calls.policy import Call, CellCounts, Counters, Policy, evaluate, lineage_budgets
 from cellgate.gate.calls.protocol import CallFailed, CallReply, CallRequest, error_reply
 from cellgate.gate.calls.record import CallRecord, Secret, conversions, split_secrets
@@ -166,6 +167,10 @@ class Dispatcher:
         # The secret values this session has seen; the recorder scrubs them from everything it writes.
         self.secrets = SecretScrubber()
         self.telemetry: CallObserver = NO_OBSERVER  # the session's observer (``cellgate.gate.telemetry``)
+        # A plan's gates (``calls.plans``): one that lists writes instead of making them (a plan's fork), and one
+        # whose planned writes count as approved by the plan's approver (``Session.apply``).
+        self.planning: Planning | None = None
+        self.applying: Applying | None = None
 
     def tool_added(self, tool: Tool) -> None:
         """``tool`` joins a running session (``Session.add_tools``): called before the registry has it."""
@@ -262,7 +267,7 @@ class Dispatcher:
             raise
         else:
             record.ok, record.result = True, kept.scrub(shown)  # its size and digest: serve, once answered
-            reply = CallReply(id=request.id, ok=True, result=plain, encoded=encoded)
+            reply = CallReply(id=request.id, ok=True, result=plain, encoded=encoded, planned=record.planned)
         record.duration_ms = (time.perf_counter() - start) * 1000
         record.counters = self.counters.snapshot(request.tool, scope.counts)
         span.ended(record)
@@ -302,6 +307,8 @@ class Dispatcher:
                     source_default=tool.default_decision, principal=self.principal)
         verdict = evaluate(call, self.policy, self.counters, time.monotonic(), scope.counts)
         record.rule = verdict.rule
+        if self.planning is not None and record.effect != "read":
+            return await self._planned(tool, request.args, record, verdict)
         if verdict.kind != "ok":
             record.decision = "deny"
             kind: ErrorKind = "denied" if verdict.kind == "denied" else verdict.kind
@@ -321,7 +328,13 @@ class Dispatcher:
                                             f"used ({exc})") from None
         self.counters.record(call, self.policy, time.monotonic(), scope.counts)
         self.counters.session, self.counters.per_tool[call.tool] = taken["session"], taken[f"tool:{call.tool}"]
-        if verdict.decision == "approve":
+        planned = self.applying.match(tool.name, record.args_sha256) if self.applying is not None else None
+        if verdict.decision == "approve" and planned is not None and self.applying is not None:
+            plan = self.applying.plan  # approved once, as a set: this call is its write number `planned`
+            record.decision = "approved"
+            record.approval = {"approver": plan.approver, "plan": plan.id, "planned_write": planned,
+                               "reason": plan.reason}
+        elif verdict.decision == "approve":
             self.telemetry.approvals_waiting(tool.name, 1)
             try:
                 await self.approvals.ask(tool.name, record, str(verdict.rule), scope.key, scope.clock, scope.notices,
@@ -370,6 +383,24 @@ class Dispatcher:
             raise CallFailed("failed", f"tool {tool.name!r} returned {size} bytes, over the "
                                        f"{self.policy.max_result_bytes} byte limit ([policy] max_result_bytes)")
         return converted, pydantic_core.to_jsonable_python(shown) if found else converted, encoded
+
+    async def _planned(self, tool: Tool, args: dict[str, Any], record: CallRecord,
+                       verdict: Any) -> tuple[Any, Any, bytes]:
+        """A planning gate's write: listed with the policy's decision, not made; answered by the tool's preview,
+        or by a placeholder the kernel makes that fails when the code uses it."""
+        assert self.planning is not None
+        decision = verdict.decision if verdict.kind == "ok" else "deny"
+        number = self.planning.add(PlannedWrite(tool.name, dict(record.args), record.args_sha256, decision,
+                                                verdict.rule))
+        record.decision, record.rule = "planned", f"plan: write {number} ({decision})"
+        if tool.preview is None:
+            record.planned = True
+            return None, None, b"null"
+        try:
+            preview = await asyncio.wait_for(asyncio.to_thread(tool.preview, **args), self.call_timeout)
+        except Exception as exc:
+            raise CallFailed("failed", f"tool {tool.name!r}: its preview failed: {type(exc).__name__}: {exc}") from None
+        return self._result(tool, record, preview, [])
 
     async def _answer_from_record(self, tool: Tool, record: CallRecord, recorded: Recorded, scope: CallScope,
                                   writes: CellWrites) -> tuple[Any, Any, bytes]:

@@ -145,6 +145,9 @@ class Policy(StrictModel):
     max_queue_wait: float = Field(default=300.0, gt=0, description="seconds a call may wait for a free slot (its "
                                   "tool's max_concurrency, the gate's tool threads) before it fails as busy, not run; "
                                   "a call's own deadline ([sandbox] call_timeout) starts when it runs")
+    # Seconds a plan may be applied after it was made (``calls.plans``); left out of the digest at its default,
+    # so a policy written before plans keeps its digest.
+    plan_ttl: float = Field(default=600.0, gt=0, exclude_if=lambda value: value == 600.0)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -112,10 +112,13 @@ class CallReply:
     result: Any = None
     error: dict[str, str] | None = None
     encoded: bytes | None = field(default=None, repr=False)  # the result's JSON, made once by the gate
+    planned: bool = False  # a planned write (``calls.plans``): the kernel answers it with a placeholder
 
     def wire(self, frames: list[bytes] | None = None) -> dict[str, Any]:
         """The reply as the kernel reads it; a large result goes into ``frames`` (the message's binary buffers) as
         its JSON, not into the message's own JSON, which would encode it again."""
+        if self.planned:
+            return {"id": self.id, "ok": True, "planned": True}
         if self.ok:
             if frames is not None and self.encoded is not None and len(self.encoded) >= RESULT_FRAME_BYTES:
                 frames.append(self.encoded)

@@ -114,6 +114,7 @@ class CallRecord:
     # A retry's call answered from the record of an earlier attempt's ({"seq", "cell"}), not run (``calls.retry``).
     answered_from: dict[str, Any] | None = None
     result_redacted: bool = False  # the result held a Secret: the record keeps its digest, not the value
+    planned: bool = False  # a planning gate's write, not made: the kernel got a placeholder (``calls.plans``)
     # ``result``'s canonical JSON, made once by the gate: what its digest is of and its blob holds (never itself
     # a field of the record: the journal and the notebook hold the value, inline or as the blob).
     result_text: str | None = field(default=None, repr=False, compare=False)
@@ -135,6 +136,8 @@ class CallRecord:
             entry["ran"] = True
         if self.result_redacted:
             entry["result_redacted"] = True
+        if self.planned:
+            entry["planned"] = True
         claimed = {name: value for name, value in (("line", self.cell_line), ("source_line", self.source_line),
                                                    ("thread", self.thread)) if value is not None}
         if claimed:

@@ -29,6 +29,9 @@ from cellgate.gate.calls import effects
 from cellgate.gate.calls.effects import Effect
 from cellgate.gate.calls.stubgen import RESERVED, check_identifier
 
+PREVIEW_ATTRIBUTE = "__cellgate_preview__"
+F = typing.TypeVar("F", bound=Callable[..., Any])
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -53,6 +56,9 @@ class Tool:
     # said it ("the tool's code", "the server's hint", "policy").
     effect: Effect | None = None
     effect_from: str = ""
+    # What a plan's cell gets instead of a write's result (``calls.plans``): called with the call's arguments,
+    # it returns what the write would (e.g. the record it would make, with a made-up id). None: a placeholder.
+    preview: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.effect is not None:
@@ -72,6 +78,16 @@ class Tool:
         return tool_from_function(function, name, source, decision, effect)
 
     with_effect = staticmethod(effects.marking)  # ``@Tool.with_effect("read")`` on a tool function
+
+    @staticmethod
+    def with_preview(preview: Callable[..., Any]) -> Callable[[F], F]:
+        """``@Tool.with_preview(lambda title: {"id": "(planned)", "title": title})`` on a tool function: what a
+        plan's cell gets for the write (``Session.plan``)."""
+        def mark(function: F) -> F:
+            setattr(function, PREVIEW_ATTRIBUTE, preview)
+            return function
+
+        return mark
 
     def effective_effect(self, policy_effect: str | None = None) -> tuple[Effect, str]:
         """The effect a call of this tool has, and who said it (``[policy.tools.NAME] effect`` first)."""
@@ -146,9 +162,11 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None, so
             prop["description"] = described[arg]
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     said = effect if effect is not None else effects.declared(function, f"tool {name!r} ({source or '?'})")
+    preview = getattr(function, PREVIEW_ATTRIBUTE, None)
     return Tool(name=name, description=summary, parameters=schema, function=function, source=source,
                 accepts_idempotency_key=takes_key, returns=_result_schema(function), decision=decision,
-                effect=said, effect_from="the tool's code" if said is not None else "")
+                effect=said, effect_from="the tool's code" if said is not None else "",
+                preview=preview if callable(preview) else None)
 
 
 def _result_schema(function: Callable[..., Any]) -> dict[str, Any] | None:

@@ -37,7 +37,7 @@ class Restart:
 # The notes the record keeps where its session was paused, resumed, forked, tried or continued elsewhere
 # (``audit.reducer.LIVE_EVENTS``, and ``session-ended`` naming where a kept trial goes on; a test keeps them equal).
 NOTE_KINDS = ("session-paused", "session-resumed", "session-forked", "trial-kept", "trial-discarded",
-              "session-continued", "session-ended")
+              "session-continued", "plan-made", "plan-applied", "session-ended")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ FORMAT = "cellgate.show/1"
 
 NOTE_LABELS = {"session-paused": "paused", "session-resumed": "resumed", "session-forked": "forked",
                "trial-kept": "trial kept", "trial-discarded": "trial discarded", "session-continued": "continued",
-               "session-ended": "goes on"}
+               "plan-made": "plan made", "plan-applied": "plan applied", "session-ended": "goes on"}
 SIBLINGS_READ = 200  # notebooks beside this one read to find a fork's, at most
 
 

@@ -31,6 +31,7 @@ from cellgate.gate.audit.reducer import LIVE_EVENTS
 from cellgate.gate.calls import program
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
+from cellgate.gate.calls.plans import Applying, Plan, Planning
 from cellgate.gate.calls.policy import Policy
 from cellgate.gate.calls.program import ToolSpec
 from cellgate.gate.calls.registry import ToolRegistry
@@ -148,13 +149,15 @@ class Trial:
         if self.decided is not None:
             raise SessionError(f"this trial was {self.decided} already")
         self.decided = decision
+        # A discarded trial's kernel state goes; its writes do not (``calls.writes``): the record says which stay.
+        stays = {"writes_stay": [w.line() for w in self.result.writes.done],
+                 "writes_unknown": [w.line() for w in self.result.writes.unknown]} if decision == "discarded" else {}
         self.session.recorder.event(f"trial-{decision}", sync=True, notebook=self.fork.notebook_path.name,
-                                    status=self.result.status)
+                                    status=self.result.status, **{k: v for k, v in stays.items() if v})
 
     def _ran_since(self) -> int:
         """The cells the session recorded after the trial began (its notes of forks and trials aside)."""
-        return sum(1 for cell in self.session.recorder.cells[self.mark:]
-                   if cell.kind != "markdown" or cell.extra.get("kind") not in LIVE_EVENTS)
+        return self.session._cells_since(self.mark)
 
     async def keep(self) -> Session:
         """The fork becomes the session (the same object, driving the fork's kernel and notebook from now on; the
@@ -176,10 +179,13 @@ class Trial:
         await former.shutdown()  # the session's former kernel and record
         return session
 
-    async def discard(self) -> None:
-        """The fork ends; the session is as it was before the trial."""
+    async def discard(self) -> Writes:
+        """The fork ends; the session's kernel is as it was before the trial. The world is not: the trial's writes
+        that were made (or may have been) stay; they are returned (``Writes``) and named in the record. To try
+        writes without making them, plan them (``Session.plan``)."""
         self._decide("discarded")
         await self.fork.shutdown()
+        return self.result.writes
 
 
 class Session:
@@ -368,6 +374,46 @@ class Session:
             await fork.shutdown()
             raise
         return Trial(self, fork, result, mark)
+
+    async def plan(self, code: str, timeout: float | None = None) -> Plan:
+        """Run ``code`` in a fork of this session whose gate makes no write (``calls.plans``): reads run, each write
+        is listed with the policy's decision and answered by the tool's preview or a placeholder. Returns the
+        ``Plan``: approve or deny it once (``plan.approve()``), then ``await session.apply(plan)``."""
+        mark = len(self.recorder.cells)
+        [fork] = await self.fork(1)
+        planning = fork.provisioner.gate.planning = Planning()
+        where = fork.notebook_path.name
+        try:
+            result = await fork.execute(code, timeout)
+        finally:
+            await fork.shutdown()
+        plan = Plan(code=code, writes=planning.writes, output=result.text, status=result.status, mark=mark,
+                    ttl=self.policy.plan_ttl, owner=str(self.notebook_path))
+        self.recorder.event("plan-made", sync=True, plan=plan.id, notebook=where,
+                            status=result.status, counts=plan.counts, writes=[w.line() for w in plan.writes])
+        return plan
+
+    async def apply(self, plan: Plan, timeout: float | None = None) -> CellResult:
+        """Run the plan's code here, for real: each write matching a planned one (tool and arguments, each once)
+        is approved by the plan's approval; any other write follows its own policy. Refused (SessionError) unless
+        the plan is approved, unapplied, made by this session with no cell run since, and within plan_ttl."""
+        if plan.owner != str(self.notebook_path):
+            raise SessionError(f"plan {plan.id} was made by another session; a plan is applied where it was made")
+        plan.checked_for_apply(self._cells_since(plan.mark))
+        plan.state = "applied"  # before it runs: a plan is never applied twice, even if this one fails
+        self.recorder.event("plan-applied", sync=True, plan=plan.id, approver=plan.approver, reason=plan.reason,
+                            writes=len(plan.writes))
+        gate = self.provisioner.gate
+        gate.applying = Applying(plan)
+        try:
+            return await self.execute(plan.code, timeout)
+        finally:
+            gate.applying = None
+
+    def _cells_since(self, mark: int) -> int:
+        """The cells this session recorded after ``mark`` (its notes of forks, trials and plans aside)."""
+        return sum(1 for cell in self.recorder.cells[mark:]
+                   if cell.kind != "markdown" or cell.extra.get("kind") not in LIVE_EVENTS)
 
     def _take_over(self, fork: Session) -> Session:
         """``Trial.keep``: this object drives ``fork``'s kernel, gate and notebook from now on. The parts a session
