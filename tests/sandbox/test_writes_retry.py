@@ -355,3 +355,35 @@ def test_a_discarded_trial_names_the_writes_that_stay(tmp_path: Path, world: Pat
         assert "was discarded. Its writes stay done in the world (3):" in note and "trial 2" in note
 
     asyncio.run(scenario())
+
+
+def test_a_plan_is_one_item_in_the_approvals_queue_answered_from_another_terminal(
+        tmp_path: Path, world: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> None:
+    approvals = tmp_path / "approvals"
+    monkeypatch.setenv("CELLGATE_APPROVALS_DIR", str(approvals))
+    (tmp_path / "cellgate.toml").write_text('[policy]\napprover = "queue"\n\n[policy.tools.create_task]\n'
+                                            'decision = "approve"\n')
+
+    async def scenario() -> None:
+        async with Session(config=str(tmp_path / "cellgate.toml"), tools=[str(tmp_path / "tasks.py")],
+                           notebook=tmp_path / "run.ipynb") as session:
+            plan = await session.plan("N = 5\n" + PLAN_LOOP)
+            asking = asyncio.ensure_future(session.ask(plan))
+            # One request for the set, whatever its size; the person sees its writes and answers once.
+            while not (found := list(approvals.glob("*.request.json"))):
+                assert not asking.done(), asking
+                await asyncio.sleep(0.05)  # the queue is a folder another process writes: polled, as the CLI does
+            (request,) = found
+            listed = await asyncio.to_thread(cellgate, "approvals", "list")
+            assert listed.returncode == 0 and listed.stdout.count("plan") >= 1, listed.stdout
+            shown = await asyncio.to_thread(cellgate, "approvals", "show", request.name.removesuffix(".request.json"))
+            assert "task 4" in shown.stdout and "create_task" in shown.stdout, shown.stdout
+            answered = await asyncio.to_thread(cellgate, "approvals", "approve",
+                                               request.name.removesuffix(".request.json"), "--reason", "monthly")
+            assert answered.returncode == 0, answered.stderr
+            assert await asking is True and plan.state == "approved" and plan.reason == "monthly"
+            applied = await session.apply(plan)
+            assert applied.ok, applied.text
+            assert len(lines(world)) == 5 and not list(approvals.glob("*.request.json"))
+
+    asyncio.run(scenario())

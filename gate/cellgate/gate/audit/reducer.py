@@ -36,10 +36,14 @@ def _writes_that_stay(record: dict[str, Any]) -> str:
                        ("writes_unknown", "Its writes of unknown outcome may be done")):
         lines = record.get(key)
         if isinstance(lines, list) and lines:
-            shown = [f"`{str(line)[:200].replace('`', chr(39))}`" for line in lines[:20]]
-            more = f" and {len(lines) - 20} more" if len(lines) > 20 else ""
-            parts.append(f" {title} ({len(lines)}): {', '.join(shown)}{more}.")
+            parts.append(f" {title} ({len(lines)}): {_inline(lines)}.")
     return "".join(parts)
+
+
+def _inline(lines: list[Any], shown: int = 20) -> str:
+    """Lines read back from a journal as inline code (backticks replaced), the first ``shown`` and a count."""
+    more = f" and {len(lines) - shown} more" if len(lines) > shown else ""
+    return ", ".join(f"`{str(line)[:200].replace('`', chr(39))}`" for line in lines[:shown]) + more
 
 
 def live_note(record: dict[str, Any]) -> str:
@@ -59,12 +63,11 @@ def live_note(record: dict[str, Any]) -> str:
                 f"{str(record.get('status', ''))[:20]}) and was {verdict}.")
         return note + _writes_that_stay(record)
     if record["event"] == "plan-made":
-        lines = record.get("writes") if isinstance(record.get("writes"), list) else []
-        shown = ", ".join(f"`{str(line)[:200].replace('`', chr(39))}`" for line in lines[:20])
-        more = f" and {len(lines) - 20} more" if len(lines) > 20 else ""
+        found = record.get("writes")
+        lines: list[Any] = found if isinstance(found, list) else []
         return (f"**A plan was made at {record['time']}** (plan `{str(record.get('plan', ''))[:16]}`, in the fork "
                 f"`{str(record.get('notebook', ''))[:200]}`): {len(lines)} write{'' if len(lines) == 1 else 's'} "
-                f"listed, none made{': ' + shown + more if lines else ''}.")
+                f"listed, none made{': ' + _inline(lines) if lines else ''}.")
     if record["event"] == "plan-applied":
         return (f"**Plan `{str(record.get('plan', ''))[:16]}` was applied at {record['time']}**, approved once by "
                 f"`{str(record.get('approver', ''))[:200].replace('`', chr(39))}`: the next cell is its code, each "

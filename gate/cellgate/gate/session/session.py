@@ -15,6 +15,7 @@ import asyncio
 import queue
 import re
 import shlex
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from cellgate.gate.audit.journal import Journal
 from cellgate.gate.audit.recorder import CellRecord, Recorder
 from cellgate.gate.audit.reducer import LIVE_EVENTS
 from cellgate.gate.calls import program
+from cellgate.gate.calls.approval import ApprovalRequest, args_digest
 from cellgate.gate.calls.direct import DirectResult
 from cellgate.gate.calls.dispatch import CallRecord, Dispatcher
 from cellgate.gate.calls.plans import Applying, Plan, Planning
@@ -392,6 +394,32 @@ class Session:
         self.recorder.event("plan-made", sync=True, plan=plan.id, notebook=where,
                             status=result.status, counts=plan.counts, writes=[w.line() for w in plan.writes])
         return plan
+
+    async def ask(self, plan: Plan) -> bool:
+        """Ask the session's approver ([policy] approver, or ``Session(approver=...)``) once for the whole plan:
+        one request (tool ``plan``, its writes as the arguments), which ``cellgate approvals`` and JupyterLab's
+        approvals panel show as one item. Approves or denies the plan by the answer, and returns whether it was
+        approved; no answer within [policy] approval_timeout is a denial."""
+        desk = self.provisioner.gate.approvals
+        now = time.time()
+        args = {"plan": plan.id, "counts": plan.counts, "writes": [
+            {"tool": w.tool, "args": w.args, "decision": w.decision} for w in plan.writes]}
+        request = ApprovalRequest(
+            id=f"{desk.session_id[:12]}-plan-{plan.id}", session=desk.session_id, seq=0, tool="plan", args=args,
+            args_sha256=args_digest(args), cell_line=None, source_line=f"{len(plan.writes)} planned writes",
+            requested=now, deadline=now + desk.timeout)
+        try:
+            async with asyncio.timeout(desk.timeout):
+                answer = await desk.approver.ask(request)
+        except TimeoutError:
+            desk.approver.withdraw(request, "approval-timeout")
+            plan.deny(by=desk.approver.name, reason=f"no answer within {desk.timeout:g} s ([policy] approval_timeout)")
+            return False
+        if answer.decision == "allow":
+            plan.approve(by=answer.approver, reason=answer.reason)
+        else:
+            plan.deny(by=answer.approver, reason=answer.reason)
+        return answer.decision == "allow"
 
     async def apply(self, plan: Plan, timeout: float | None = None) -> CellResult:
         """Run the plan's code here, for real: each write matching a planned one (tool and arguments, each once)
