@@ -4,7 +4,9 @@ Each API response is one turn. Its text becomes a markdown cell of the audit
 notebook, with the turn's token usage; each ``execute_python`` tool use runs as
 a code cell; each direct tool use runs through the same gate as a ``direct``
 cell. Failures are data: a failed cell or a refused call goes back to the
-model as an ``is_error`` tool result. The loop ends on the model's own end of
+model as an ``is_error`` tool result, with the writes the cell already made;
+``retry: true`` sends the fixed cell as a retry of the failed one
+(``Session.execute(retry=True)``). The loop ends on the model's own end of
 turn, on the turn limit, on an API error (after the SDK's own retries) or on
 ``stop`` (Ctrl-C): then a running cell is interrupted, and the notebook says
 how the run ended.
@@ -21,12 +23,12 @@ from typing import Any, Literal, TypeVar
 
 import anthropic
 
-from cellgate.gate import Session
+from cellgate.gate import Session, SessionError
 from cellgate.gate.ext import ModelTurn
 
 from . import events
 from .config import AgentSettings
-from .prompt import EXECUTE_PYTHON, api_name, direct_definitions, split_tools, system_prompt
+from .prompt import EXECUTE_PYTHON, RETRY_HINT, api_name, direct_definitions, split_tools, system_prompt
 from .view import cell_view, trim
 
 T = TypeVar("T")
@@ -166,14 +168,26 @@ class AgentLoop:
         if not isinstance(code, str) or not code.strip():
             return _result(use.id, "execute_python needs {\"code\": \"<a Python program>\"}; "
                                    f"got {json.dumps(use.input)[:200]}", error=True)
+        retry = use.input.get("retry", False)
+        if not isinstance(retry, bool):
+            return _result(use.id, f"execute_python's retry is true or false, not {json.dumps(retry)[:100]}; "
+                                   "leave it out to run the code as a new cell", error=True)
         if self.session.dead:
             self.progress("restarting the sandboxed kernel")
             await self.session.restart()
         self._cells += 1
-        self.progress(f"running cell {self._cells}")
-        result = await self._until(self.session.execute(code), stop, on_stop=self.session.interrupt)
+        self.progress(f"running cell {self._cells}" + (" (a retry of the last failed cell)" if retry else ""))
+        try:
+            result = await self._until(self.session.execute(code, retry=retry), stop,
+                                       on_stop=self.session.interrupt)
+        except SessionError as exc:
+            if not retry:
+                raise
+            # Refused before it ran (the last cell did not fail): the model's mistake, said to it as a tool error.
+            return _result(use.id, f"execute_python with retry: true was refused, nothing ran: {exc}", error=True)
         where = f"the audit notebook {self.session.notebook_path.name}"
-        content = cell_view(result, where, self.settings.output_budget, self.settings.image_limit_kb * 1024)
+        content = cell_view(result, where, self.settings.output_budget, self.settings.image_limit_kb * 1024,
+                            retry_hint=RETRY_HINT)
         return {"type": "tool_result", "tool_use_id": use.id, "content": content, "is_error": not result.ok}
 
     async def _call_direct(self, use: Any) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from typing import Any
 
 from cellgate.gate.ext import stub_signature
 
+RETRY_DESCRIPTION = ("true: this cell retries the last failed cell: writes it already made are answered from the "
+                     "record, not repeated; false runs everything again")
 EXECUTE_PYTHON: dict[str, Any] = {
     "name": "execute_python",
     "description": (
@@ -16,16 +18,22 @@ EXECUTE_PYTHON: dict[str, Any] = {
     ),
     "input_schema": {
         "type": "object",
-        "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+        "properties": {
+            "code": {"type": "string", "description": "The Python program to run."},
+            "retry": {"type": "boolean", "default": False, "description": RETRY_DESCRIPTION},
+        },
         "required": ["code"],
     },
 }
+# How the model retries a failed cell, as the writes summary of its tool_result tells it (``Writes.summary``).
+RETRY_HINT = "call execute_python again with retry: true"
 
 CODE_GUIDE = """\
 You solve the task by writing Python programs and running them with the execute_python tool.
 The programs run in a sandboxed, stateful IPython kernel: no network, no host files; variables persist between runs.
 The preloaded module `tools` calls the operator's tools. Each call is checked by a gate (policy, budgets, approvals) and recorded; a refused call raises an exception (a subclass of tools.ToolError) with the reason.
 Work in code: fetch, filter, join and loop inside one program, and print only what you need, compactly. What the program prints is all you see of its data, so never print whole datasets.
+A failed program's result lists the writes it already made; send the fixed program with retry: true and they are answered from the record, not made again.
 """
 
 

@@ -1,8 +1,10 @@
-"""What the model sees of a cell: its printed output, trimmed, and its images (pure functions).
+"""What the model sees of a cell: its printed output, trimmed, its images, and its writes (pure functions).
 
 The audit notebook always keeps the whole output; the model gets a budget of
 characters (head and tail kept, with a note of what was dropped) so one noisy
-program cannot flood its context.
+program cannot flood its context. After the output, a cell that did not end
+ok (or that a retry answered in part from the record) says what its writes
+did (``Writes.summary``), outside the budget so a long output never cuts it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from cellgate.gate import CellResult
 from cellgate.gate.ext import trim
 
-__all__ = ["cell_view", "trim"]
+__all__ = ["cell_view", "trim", "writes_text"]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -32,8 +34,20 @@ def _error_text(output: dict[str, Any]) -> str:
     return ("Traceback (last lines):\n" + "\n".join(short) + "\n" if short else "") + head + "\n"
 
 
-def cell_view(result: CellResult, where: str, budget: int, image_limit: int) -> list[dict[str, Any]]:
-    """Content blocks for a tool_result: one text block (trimmed) and any images that fit."""
+def writes_text(result: CellResult, retry_hint: str) -> str:
+    """What the cell's writes did, for the model: for a cell that did not end ok (what is done in the world, and how
+    to retry without repeating it), or one with writes answered from the record or of unknown outcome; empty for
+    an ok cell whose writes all ran now (the output says what it did, and every write would add a line)."""
+    writes = result.writes
+    if result.ok and not (writes.answered or writes.unknown):
+        return ""
+    return writes.summary(failed_cell=not result.ok, retry_hint=retry_hint)
+
+
+def cell_view(result: CellResult, where: str, budget: int, image_limit: int,
+              retry_hint: str = "call execute_python again with retry: true") -> list[dict[str, Any]]:
+    """Content blocks for a tool_result: one text block (the output trimmed, then ``writes_text``) and any images
+    that fit."""
     parts: list[str] = []
     images: list[dict[str, Any]] = []
     for output in result.outputs:
@@ -69,5 +83,8 @@ def cell_view(result: CellResult, where: str, budget: int, image_limit: int) -> 
         parts.append(f"[the cell ended with status {result.status!r}: {reason}]\n")
     if result.limits_hit:
         parts.append(f"[limits hit: {', '.join(result.limits_hit)}]\n")
-    text = "".join(parts) or "(the program printed nothing)\n"
-    return [{"type": "text", "text": trim(text, budget, where)}, *images]
+    text = trim("".join(parts) or "(the program printed nothing)\n", budget, where)
+    writes = writes_text(result, retry_hint)
+    if writes:
+        text = text + ("" if text.endswith("\n") else "\n") + "\n" + writes + "\n"
+    return [{"type": "text", "text": text}, *images]
