@@ -20,16 +20,28 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.tools import StructuredTool, ToolException
+from pydantic import BaseModel, Field, StrictBool
 
-from cellgate.gate import SyncSession
+from cellgate.gate import CellResult, SessionError, SyncSession
 
 from .binding import cell_text
 
 PYTHON_TOOL_DESCRIPTION = (
     "Run Python in a stateful, sandboxed IPython kernel (variables persist between calls). The host's tools are "
     "functions of the preloaded `tools` module (help(tools) lists them), each call checked by a policy and "
-    "recorded. Print what you need to see: only printed output comes back."
+    "recorded. Print what you need to see: only printed output comes back. When code fails after some of its "
+    "writes, the error lists the writes already done: send the fixed code with retry: true so they are answered "
+    "from the record instead of made twice."
 )
+
+
+class PythonInput(BaseModel):
+    """The python tool's arguments, as the model sees them."""
+
+    code: str = Field(description="The Python code to run.")
+    retry: StrictBool = Field(default=False, description=(
+        "true: this cell retries the last failed cell: writes it already made are answered from the record, not "
+        "repeated; false runs everything again"))
 
 
 class CellgateSandbox(BaseSandbox):
@@ -73,17 +85,33 @@ class CellgateSandbox(BaseSandbox):
 
 
 def python_tool(session: SyncSession, name: str = "python") -> StructuredTool:
-    """A LangChain tool running its ``code`` as one cell of the session's kernel; a cell that fails is a
-    ``ToolException``, so the agent gets an error ``ToolMessage`` (a denied call's ``ToolDenied`` among them)."""
+    """A LangChain tool running its ``code`` as one cell of the session's kernel (``retry``: as a retry of the last
+    failed cell, ``Session.execute(retry=True)``); a cell that fails is a ``ToolException``, so the agent gets an
+    error ``ToolMessage`` (a denied call's ``ToolDenied`` among them) naming the writes it already made."""
+    hint = f"call {name} again with retry: true"
 
-    def run(code: str) -> str:
-        result = session.execute(code)
+    def run(code: str, retry: bool = False) -> str:
+        try:
+            result = execute(session, code, retry)
+        except SessionError as exc:
+            if not retry:
+                raise
+            raise ToolException(f"{name} with retry: true was refused, nothing ran: {exc}") from None
         if not result.ok:
-            raise ToolException(cell_text(result))
-        return cell_text(result)
+            raise ToolException(cell_text(result, hint))
+        return cell_text(result, hint)
 
     return StructuredTool.from_function(run, name=name, description=PYTHON_TOOL_DESCRIPTION,
-                                        handle_tool_error=True)
+                                        args_schema=PythonInput, handle_tool_error=True)
+
+
+def execute(session: SyncSession, code: str, retry: bool) -> CellResult:
+    """``session.execute(code)``, or the cell as a retry of the last failed one."""
+    if not retry:
+        return session.execute(code)
+    # WORKAROUND until SyncSession.execute takes retry: the async Session's, on the session's loop (the kernel
+    # still runs the cells it is sent one at a time).
+    return session.run_async(session.session.execute(code, retry=True))
 
 
 def _file_error(exc: Exception) -> str:

@@ -13,11 +13,14 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
-from cellgate.gate import ConfigError, Session, Tool, ToolRegistry
+from cellgate.gate import CellResult, ConfigError, Session, SessionError, Tool, ToolRegistry
 from cellgate.gate.ext import stub_signature
 
 _CODE_ARGS = SchemaValidator(core_schema.typed_dict_schema(
-    {"code": core_schema.typed_dict_field(core_schema.str_schema())}))
+    {"code": core_schema.typed_dict_field(core_schema.str_schema()),
+     "retry": core_schema.typed_dict_field(core_schema.bool_schema(strict=True), required=False)}))
+RETRY_DESCRIPTION = ("true: this cell retries the last failed cell: writes it already made are answered from the "
+                     "record, not repeated; false runs everything again")
 
 
 def _first_line(text: str | None) -> str:
@@ -96,12 +99,15 @@ class CellgateCodeMode(WrapperToolset[AgentDepsT]):
         description = (
             "Run Python (CPython 3, in a sandbox; variables persist between calls) and get back what it printed. "
             "These tools are top-level async functions there; await them (top-level await works, as does "
-            f"asyncio.gather):\n{listing}\nPrint the results you need.")
+            f"asyncio.gather):\n{listing}\nPrint the results you need. When code fails after some of its writes, "
+            "the result lists the writes already done: send the fixed code with retry: true so they are answered "
+            "from the record instead of made twice.")
         definition = ToolDefinition(
             name=self.tool_name, description=description,
-            parameters_json_schema={"type": "object", "properties": {"code": {
-                "type": "string", "description": "The Python code to run."}}, "required": ["code"],
-                "additionalProperties": False})
+            parameters_json_schema={"type": "object", "properties": {
+                "code": {"type": "string", "description": "The Python code to run."},
+                "retry": {"type": "boolean", "default": False, "description": RETRY_DESCRIPTION}},
+                "required": ["code"], "additionalProperties": False})
         return {self.tool_name: ToolsetTool(toolset=self, tool_def=definition, max_retries=1,
                                             args_validator=_CODE_ARGS)}
 
@@ -110,10 +116,15 @@ class CellgateCodeMode(WrapperToolset[AgentDepsT]):
         state = self._state
         if name != self.tool_name or state.session is None:
             raise ConfigError(f"CellgateCodeMode has one tool, {self.tool_name!r}, not {name!r}")
+        retry = tool_args.get("retry") is True
         async with state.lock:  # one cell at a time; the tools it calls see this step's ctx
             state.ctx = ctx
             try:
-                result = await state.session.execute(str(tool_args["code"]), timeout=self.timeout)
+                result = await state.session.execute(str(tool_args["code"]), timeout=self.timeout, retry=retry)
+            except SessionError as exc:
+                if not retry:
+                    raise
+                return f"{self.tool_name} with retry: true was refused, nothing ran: {exc}"
             finally:
                 state.ctx = None
         text = result.text
@@ -122,7 +133,18 @@ class CellgateCodeMode(WrapperToolset[AgentDepsT]):
         if result.status not in ("ok", "error"):  # a timeout, a limit, the kernel gone: say so
             limits = ", ".join(result.limits_hit) or "no limit named"
             text += f"(the cell ended with status {result.status!r}: {limits})\n"
+        writes = self._writes_text(result)
+        if writes:
+            text += ("" if not text or text.endswith("\n") else "\n") + ("\n" if text else "") + writes + "\n"
         return text or "(the code printed nothing)"
+
+    def _writes_text(self, result: CellResult) -> str:
+        """What the cell's writes did: for a cell that did not end ok (what is done, and how to retry without
+        repeating it), or one with writes answered from the record or of unknown outcome; empty otherwise."""
+        writes = result.writes
+        if result.ok and not (writes.answered or writes.unknown):
+            return ""
+        return writes.summary(failed_cell=not result.ok, retry_hint=f"call {self.tool_name} again with retry: true")
 
     @staticmethod
     def _entry(tool: ToolsetTool[Any]) -> dict[str, Any]:

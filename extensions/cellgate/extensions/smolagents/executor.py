@@ -150,9 +150,12 @@ class CellgateExecutor(RemotePythonExecutor):
         logs = "".join(o.get("text", "") for o in result.outputs if o.get("output_type") == "stream")
         if answers:
             return CodeOutput(output=answers[0], logs=logs, is_final_answer=True)
+        writes = writes_text(result)
         if not result.ok:
-            raise AgentError(f"{logs}\nExecuting code yielded an error:\n{_problem(result)}", self.logger)
-        return CodeOutput(output=_last_value(result), logs=logs, is_final_answer=False)
+            raise AgentError(f"{logs}\nExecuting code yielded an error:\n{_problem(result)}"
+                             + (f"\n\n{writes}" if writes else ""), self.logger)
+        return CodeOutput(output=_last_value(result), logs=logs + (f"\n{writes}\n" if writes else ""),
+                          is_final_answer=False)
 
     def install_packages(self, additional_imports: list[str]) -> list[str]:
         """cellgate installs nothing into the sandbox: raises ``PackagesUnavailable`` saying what to do instead."""
@@ -202,6 +205,21 @@ def _problem(result: CellResult) -> str:
         return f"{error.get('ename', 'Error')}: {error.get('evalue', '')}"
     hit = f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else ""
     return f"the cell ended {result.status}{hit}"
+
+
+# A CodeAgent's code cannot be sent as a retry (smolagents has no such input): what a failed cell's writes mean.
+NO_RETRY = ("The next code runs every write again: make only the writes not listed as done above (committed), "
+            "and check one of unknown outcome before making it.")
+
+
+def writes_text(result: CellResult) -> str:
+    """What the cell's writes did (``Writes.summary``): for a cell that did not end ok, or one with writes of
+    unknown outcome; empty otherwise (the logs say what an ok cell did)."""
+    writes = result.writes
+    if result.ok and not (writes.answered or writes.unknown):
+        return ""
+    summary = writes.summary(failed_cell=False)
+    return f"{summary}\n{NO_RETRY}" if not result.ok and (writes.done or writes.unknown) else summary
 
 
 def _last_value(result: CellResult) -> str | None:
