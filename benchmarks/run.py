@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+import bookkeeping
 import data_path
 import data_stack
 import density
@@ -414,8 +415,8 @@ def machine() -> dict:
             "runsc": runsc.version, "platform": runsc.platform}
 
 
-SECTIONS = ("starts", "trips", "calls", "tracing", "pool", "northwind", "long", "concurrent", "imports", "cli",
-            "frontend", "data", "datapath", "load", "density", "live")
+SECTIONS = ("starts", "trips", "calls", "bookkeeping", "tracing", "pool", "northwind", "long", "concurrent", "imports",
+            "cli", "frontend", "data", "datapath", "load", "density", "live")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -449,6 +450,8 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
             row("gated calls with 32-way gather", cg["gather"], unit="calls/s"),
             row("idle sandboxed kernel, host RSS", cg["rss"], unit="MB"),
         ]
+    if "bookkeeping" in args.only:
+        rows += bookkeeping.rows(await bookkeeping.bookkeeping(folder, MemoryJournal, args.quick), row)
     if "tracing" in args.only:
         traced = await tracing_off_and_on(folder, calls, 1 if args.quick else 3)
         rows += [

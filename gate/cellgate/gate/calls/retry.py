@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring  # the string spelling json.dumps uses with ensure_ascii=False
 from typing import Any, Literal
 
 from cellgate.gate._json import canonical_json, sha256_hex
@@ -44,7 +45,15 @@ Known = Literal["committed", "unknown"]
 
 def idempotency_key(lineage: str, chain: str, tool: str, args_sha256: str, occurrence: int) -> str:
     """The public contract: equal for the same call across retries, resumes and gate restarts."""
-    return KEY_PREFIX + sha256_hex(canonical_json([lineage, chain, tool, args_sha256, occurrence]).encode())[:40]
+    if (type(lineage) is str and type(chain) is str and type(tool) is str and type(args_sha256) is str
+            and type(occurrence) is int):
+        # canonical_json's very text of this list, spelled directly: every gated call derives a key, and building
+        # json.dumps's encoder was two thirds of the key's cost (~2 of 3 us a call).
+        text = (f"[{encode_basestring(lineage)},{encode_basestring(chain)},{encode_basestring(tool)},"
+                f"{encode_basestring(args_sha256)},{occurrence}]")
+    else:
+        text = canonical_json([lineage, chain, tool, args_sha256, occurrence])
+    return KEY_PREFIX + sha256_hex(text.encode())[:40]
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,9 @@ class CellWrites:
 
     def key(self, lineage: str, tool: str, args_sha256: str) -> str:
         """The next call's key (counting its occurrence in this attempt)."""
-        occurrence = self._seen[(tool, args_sha256)]
-        self._seen[(tool, args_sha256)] += 1
+        seen = (tool, args_sha256)
+        occurrence = self._seen[seen]
+        self._seen[seen] = occurrence + 1
         return idempotency_key(lineage, self.chain, tool, args_sha256, occurrence)
 
     def recorded(self, key: str) -> Recorded | None:
