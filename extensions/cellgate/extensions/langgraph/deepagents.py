@@ -107,11 +107,7 @@ def python_tool(session: SyncSession, name: str = "python") -> StructuredTool:
 
 def execute(session: SyncSession, code: str, retry: bool) -> CellResult:
     """``session.execute(code)``, or the cell as a retry of the last failed one."""
-    if not retry:
-        return session.execute(code)
-    # WORKAROUND until SyncSession.execute takes retry: the async Session's, on the session's loop (the kernel
-    # still runs the cells it is sent one at a time).
-    return session.run_async(session.session.execute(code, retry=True))
+    return session.execute(code, retry=retry)
 
 
 def _file_error(exc: Exception) -> str:

@@ -122,10 +122,11 @@ class SyncSession:
 
     # -------------------------------------------------------------- running
     def execute(self, code: str, timeout: float | None = None,
-                on_output: Callable[[dict[str, Any]], None] | None = None) -> CellResult:
+                on_output: Callable[[dict[str, Any]], None] | None = None, retry: bool = False) -> CellResult:
         """Run ``code`` as one cell, after the cells queued before it; ``on_output`` is called on the session's
-        loop thread with each output as it is recorded (keep it short; do not call this object from it)."""
-        return self._in_turn(self.session.execute(code, timeout, on_output=on_output))
+        loop thread with each output as it is recorded (keep it short; do not call this object from it).
+        ``retry``: a retry of the last failed cell (``Session.execute``)."""
+        return self._in_turn(self.session.execute(code, timeout, on_output=on_output, retry=retry))
 
     def stream(self, code: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """The cell's outputs and call events as they happen, then ``{"event": "end", "result": CellResult}``
