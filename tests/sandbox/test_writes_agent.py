@@ -90,3 +90,26 @@ def test_the_model_is_told_the_committed_writes_and_its_retry_makes_only_the_mis
     assert (first.metadata.cellgate.status, second.metadata.cellgate.status) == ("error", "ok")
     writes = Writes.of(second.metadata.cellgate.calls)
     assert [w.answered_from for w in writes.answered] == [c["seq"] for c in first.metadata.cellgate.calls]
+
+
+def test_with_writes_plan_a_cell_s_writes_are_asked_once_as_a_plan_then_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runsc: object) -> None:
+    world = tmp_path / "world.jsonl"
+    monkeypatch.setenv("CELLGATE_TEST_WORLD", str(world))
+    (tmp_path / "tasks.py").write_text(TOOLS)
+    script = [reply(tool_use("execute_python", {"code": FIXED})), reply(text("done"))]
+    run, requests, notebook = run_agent(
+        tmp_path, script, config='[policy]\napprover = "allow"\n\n[policy.tools.create_task]\ndecision = "approve"\n',
+        tools=(tmp_path / "tasks.py",), writes="plan")
+    assert run.ended == "end_turn"
+    [done] = results_of(requests[1])
+    assert done["is_error"] is False and result_text(done).startswith("10 made; 10 exist\n")
+    assert len(lines(world)) == 10  # planned (none made), approved once, applied
+    nb = nbformat.read(notebook, as_version=4)
+    notes = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert sum(n.startswith("**A plan was made") for n in notes) == 1
+    assert sum("was applied at" in n for n in notes) == 1
+    [cell] = [c for c in nb.cells if c.cell_type == "code"]
+    approvals = [c["approval"] for c in cell.metadata.cellgate.calls if c["tool"] == "create_task"]
+    assert [a["planned_write"] for a in approvals] == list(range(1, 11))
+    assert {a["approver"] for a in approvals} == {"allow"}

@@ -23,3 +23,6 @@ class AgentSettings(StrictModel):
     output_budget: int = Field(default=20_000, ge=200, description="characters of a cell's output the model sees")
     image_limit_kb: int = Field(default=512, ge=0, description="larger images go back to the model as a note")
     search_threshold: int = Field(default=30, ge=0, description="above this many tools, the prompt points at tools.search()")
+    writes: Literal["run", "plan"] = Field(default="run", description="plan: each cell is planned first "
+                                           "(Session.plan); when its writes need approval, they are asked once, as "
+                                           "one plan, then applied")

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 
 import anthropic
 
-from cellgate.gate import Session, SessionError
+from cellgate.gate import CellResult, Session, SessionError
 from cellgate.gate.ext import ModelTurn
 
 from . import events
@@ -178,8 +178,14 @@ class AgentLoop:
         self._cells += 1
         self.progress(f"running cell {self._cells}" + (" (a retry of the last failed cell)" if retry else ""))
         try:
-            result = await self._until(self.session.execute(code, retry=retry), stop,
-                                       on_stop=self.session.interrupt)
+            if self.settings.writes == "plan" and not retry:
+                planned = await self._planned_cell(use, code, stop)
+                if isinstance(planned, dict):
+                    return planned
+                result = planned
+            else:
+                result = await self._until(self.session.execute(code, retry=retry), stop,
+                                           on_stop=self.session.interrupt)
         except SessionError as exc:
             if not retry:
                 raise
@@ -189,6 +195,20 @@ class AgentLoop:
         content = cell_view(result, where, self.settings.output_budget, self.settings.image_limit_kb * 1024,
                             retry_hint=RETRY_HINT)
         return {"type": "tool_result", "tool_use_id": use.id, "content": content, "is_error": not result.ok}
+
+    async def _planned_cell(self, use: Any, code: str, stop: asyncio.Event) -> CellResult | dict[str, Any]:
+        """``[agent] writes = "plan"``: the cell planned in a fork first; when its writes need approval, the
+        session's approver is asked once for all of them, then the plan is applied (or the model told no). A cell
+        whose writes need nobody's approval simply runs."""
+        plan = await self._until(self.session.plan(code), stop)  # cancelled, its fork ends
+        if not any(write.decision == "approve" for write in plan.writes):
+            return await self._until(self.session.execute(code), stop, on_stop=self.session.interrupt)
+        self.progress(f"asking for one approval of the cell's {len(plan.writes)} planned writes")
+        if not await self._until(self.session.ask(plan), stop):
+            return _result(use.id, f"the cell's writes were planned, not made, and the plan was denied "
+                                   f"({plan.reason or 'no reason given'}); nothing was written:\n{plan.table()}",
+                           error=True)
+        return await self._until(self.session.apply(plan), stop, on_stop=self.session.interrupt)
 
     async def _call_direct(self, use: Any) -> dict[str, Any]:
         args = use.input if isinstance(use.input, dict) else {}
