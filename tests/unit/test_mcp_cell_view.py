@@ -69,7 +69,8 @@ def test_stdout_stderr_and_the_error_each_have_their_field_and_the_text_keeps_th
                     "stderr": "warning: slow\n",
                     "error": "Traceback (last lines):\n---------\nCell In[1], line 3\n----> 3 1/0\n"
                              "ZeroDivisionError: division by zero\n",
-                    "calls": 0, "notebook": "cellgate://sessions/abc/notebook"}
+                    "calls": 0, "notebook": "cellgate://sessions/abc/notebook",
+                    "writes": {"committed": [], "answered": [], "failed": [], "unknown": [], "reads": 0}}
     assert cell_text(result) == "rows: 3\nwarning: slow\n   a\n0  1\n" + seen["error"]
     assert cell_text(cell()) == "(the program printed nothing)\n"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any
 
@@ -22,7 +23,8 @@ from pydantic import BaseModel, Field
 from cellgate.gate import CellResult
 from cellgate.gate.ext import trim
 
-__all__ = ["IMAGE_LIMIT", "OUTPUT_BUDGET", "CellOutput", "cell_content", "cell_images", "cell_output", "cell_text"]
+__all__ = ["IMAGE_LIMIT", "OUTPUT_BUDGET", "CellOutput", "cell_content", "cell_images", "cell_output", "cell_text",
+           "writes_text", "writes_view"]
 
 OUTPUT_BUDGET = 20_000  # characters of a cell's output in the tool result, as `cellgate run`'s [agent] output_budget
 IMAGE_LIMIT = 512 * 1024  # bytes of one image, as `cellgate run`'s [agent] image_limit_kb
@@ -31,6 +33,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TRACEBACK_LINES = 8
 SIGNATURES = {"image/png": (b"\x89PNG\r\n\x1a\n",), "image/jpeg": (b"\xff\xd8\xff",),
               "image/gif": (b"GIF87a", b"GIF89a"), "image/webp": (b"RIFF",)}
+TOOL = "execute_python"
+WRITES_LISTED = 20  # writes per outcome in a structuredContent whose writes are over the budget (as Writes.summary)
+RETRY_HINT = f"call {TOOL} again with retry: true"
 
 
 class CellOutput(BaseModel):
@@ -43,6 +48,13 @@ class CellOutput(BaseModel):
     stderr: str = Field(description="what the program wrote to stderr")
     error: str | None = Field(description="the exception that ended the cell (last traceback lines), or null")
     calls: int = Field(description="how many gated tool calls the cell made")
+    writes: dict[str, Any] = Field(description=(
+        "the cell's writes by outcome: committed (done in the world), answered (done by an earlier attempt, "
+        "answered from the record by this retry), failed (not done), unknown (may or may not have happened); each "
+        "{seq, tool, args, outcome, result_id?, error?, answered_from?}; reads: how many reads it made. When they "
+        f"would not fit the output budget, at most {WRITES_LISTED} per outcome are listed, each with `line` (the "
+        "call with its arguments shortened, in one line) in place of args, and left_off counts the others. After a failure, fix the code and call "
+        f"{TOOL} with retry: true: the writes done are answered from the record, not made again"))
     notebook: str = Field(description="the resource URI of the session's audit notebook, which keeps every output")
 
 
@@ -115,10 +127,36 @@ def _pieces(result: CellResult, limit: int) -> list[tuple[str, str]]:
     return pieces
 
 
+def writes_text(result: CellResult, budget: int = OUTPUT_BUDGET) -> str:
+    """What the cell's writes did and, after a failure, how to retry (``Writes.summary``); '' without writes.
+    At most a quarter of ``budget`` (the summary lists at most 20 writes per outcome)."""
+    summary = result.writes.summary(failed_cell=not result.ok, retry_hint=RETRY_HINT)
+    return trim(summary, budget // 4, WHERE) + "\n" if summary else ""
+
+
+def writes_view(result: CellResult, budget: int = OUTPUT_BUDGET) -> dict[str, Any]:
+    """``result.writes.as_dict()``, or when that is over ``budget`` characters (long arguments), at most
+    ``WRITES_LISTED`` writes per outcome, each with its one-line text (``line``) for its arguments, and
+    ``left_off``: how many were not listed."""
+    writes = result.writes
+    whole = writes.as_dict()
+    if len(json.dumps(whole, ensure_ascii=False, default=str)) <= budget:
+        return whole
+    short: dict[str, Any] = {"reads": writes.reads, "left_off": 0}
+    for name, listed in (("committed", writes.committed), ("answered", writes.answered),
+                         ("failed", writes.failed), ("unknown", writes.unknown)):
+        short[name] = [{**{k: v for k, v in w.as_dict().items() if k != "args"}, "line": w.line()}
+                       for w in listed[:WRITES_LISTED]]
+        short["left_off"] += max(0, len(listed) - WRITES_LISTED)
+    return short
+
+
 def cell_text(result: CellResult, budget: int = OUTPUT_BUDGET, limit: int = IMAGE_LIMIT) -> str:
-    """Everything the cell showed, in order, trimmed: the text content of the tool result."""
+    """Everything the cell showed, in order, trimmed, then what its writes did: the text content of the tool
+    result."""
+    writes = writes_text(result, budget)
     text = "".join(piece for _, piece in _pieces(result, limit)) or "(the program printed nothing)\n"
-    return trim(text + _status_note(result), budget, WHERE)
+    return trim(text + _status_note(result), budget - len(writes), WHERE) + writes
 
 
 def cell_output(result: CellResult, session: str, budget: int = OUTPUT_BUDGET,
@@ -132,7 +170,8 @@ def cell_output(result: CellResult, session: str, budget: int = OUTPUT_BUDGET,
     stderr = trim(stderr, max(budget // 4, budget - len(stdout) - len(error)), WHERE)
     stdout = trim(stdout, max(budget // 4, budget - len(stderr) - len(error)), WHERE)
     return CellOutput(session=session, status=result.status, stdout=stdout, stderr=stderr, error=error or None,
-                      calls=len(result.calls), notebook=f"cellgate://sessions/{session}/notebook")
+                      calls=len(result.calls), writes=writes_view(result, budget),
+                      notebook=f"cellgate://sessions/{session}/notebook")
 
 
 def cell_images(result: CellResult, limit: int = IMAGE_LIMIT) -> list[ImageContent]:

@@ -1,6 +1,6 @@
 """``cellgate mcp serve``: cellgate as an MCP server, for any MCP client.
 
-Tools: ``execute_python(code, session)`` runs one cell in a sandboxed, gated,
+Tools: ``execute_python(code, session, retry)`` runs one cell in a sandboxed, gated,
 recorded session; ``search_tools(query)`` and ``describe_tool(name)`` find the
 session's tools; ``upload_file`` and ``download_file`` move a file in or out
 (``file_tools``); ``fork_session(session, count)`` continues one session's kernel in new sessions;
@@ -38,7 +38,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from opentelemetry import propagate
 from pydantic import BaseModel, Field
 
-from cellgate.gate import ConfigError, Settings, ToolRegistry
+from cellgate.gate import ConfigError, SessionError, Settings, ToolRegistry
 from cellgate.gate.ext import close_sources, open_sources, stub_signature
 from cellgate.kernel import runtime
 
@@ -112,19 +112,27 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
                       "work in code and print only what you need."), auth=auth, token_verifier=verifier)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
-    async def execute_python(code: str, session: str | None = None) -> Annotated[CallToolResult, CellOutput]:
+    async def execute_python(code: str, session: str | None = None,
+                             retry: bool = False) -> Annotated[CallToolResult, CellOutput]:
         """Run a Python program as one cell of a sandboxed, stateful IPython kernel; returns what it printed
-        (stdout, stderr, the error) and the images it displayed.
+        (stdout, stderr, the error), the images it displayed, and which writes its tool calls made.
 
         Args:
             code: The program. The module `tools` is preloaded (see search_tools).
             session: The handle a previous call returned, to keep its variables; omit it to start a session.
+            retry: true: this cell retries the session's last failed cell: writes it already made are answered
+                from the record, not repeated; false runs everything again.
         """
+        if retry and session is None and not single_client:
+            raise ToolError("retry: true needs the `session` whose last cell failed; pass its handle")
         handle, entry = await sessions.admit(session, current_principal())
         carrier: dict[str, str] = {}
         propagate.inject(carrier)  # the request's trace (the MCP SDK continues a client's _meta traceparent)
         async with entry.lock:
-            result = await entry.session.execute(code, traceparent=carrier.get("traceparent"))
+            try:
+                result = await entry.session.execute(code, traceparent=carrier.get("traceparent"), retry=retry)
+            except SessionError as exc:  # retry with no failed cell to retry: the client's mistake, said as such
+                raise ToolError(f"the cell was not run: {exc}") from None
         # Claude Code hands its model the structuredContent alone, other clients the content: both hold the output.
         return CallToolResult(content=cell_content(result), is_error=not result.ok,
                               structured_content=cell_output(result, handle).model_dump(mode="json"))

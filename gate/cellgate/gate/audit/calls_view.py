@@ -10,6 +10,10 @@ with no extension. Its metadata says who wrote it: ``cellgate.authored_by =
 types and metadata keys from every kernel output, and the HTML the kernel
 sends loses its ``class`` attributes, so ``cellgate-calls`` is the host's.
 
+A cell that failed after writes also gets, in the same output under its headline, a note that lists
+them with their arguments by outcome (``writes_note``, from ``calls.writes``): what its failure left done in
+the world, what a retry would answer from the record rather than make again.
+
 The table (``calls_table``) is the one HTML table of calls: ``cellgate
 report`` shows it too. It is built from escaped values only (``_terminal``
 shows every hidden character as an escape, as ``cellgate show`` does) and
@@ -27,12 +31,14 @@ import nh3
 
 from cellgate.gate._terminal import head_and_tail, html_text, value_text
 from cellgate.gate.audit import call_summary as cs
+from cellgate.gate.calls.writes import Writes
 
 CALLS_MIME = "application/vnd.cellgate.calls+json"
 HOST_MARK = {"authored_by": "host"}
 FULL_TABLE_UP_TO = 20  # larger cells: a summary and the failures first, every call in <details>
 MAX_ROWS = 1000  # rows in one table; the bundle and metadata.cellgate keep every call
 VALUE_CHARS = 200  # of arguments and results, head and tail
+NOTE_CHARS = 600  # of one line of the writes note (a write's line is at most ~450: tool, short arguments, error)
 
 _TAGS = {"div", "p", "b", "br", "code", "small", "table", "thead", "tbody", "tr", "th", "td", "details", "summary"}
 _CLEANER = nh3.Cleaner(tags=_TAGS, attributes={"*": {"class", "title"}}, url_schemes=set(), strip_comments=True)
@@ -156,9 +162,37 @@ def _headline(calls: list[dict[str, Any]]) -> str:
     return f"cellgate recorded {len(calls)} gated call{'s' if len(calls) != 1 else ''} of this cell: {parts}"
 
 
-def calls_html(calls: list[dict[str, Any]], ended: Any = None) -> str:
-    """A static table of the calls (``calls_table``); a summary and the failures first when there are many."""
-    body = f"<p><b>{html_text(_headline(calls))}</b></p>"
+def writes_note(calls: list[dict[str, Any]], status: Any) -> list[str]:
+    """The lines of a failed cell's note on its writes (``Writes.summary``), unescaped; [] for a cell that ended
+    ok (or has not ended) or whose every write failed (nothing in the world changed). ``calls``: the cell's
+    calls, those still in flight included (their ``outcome: started`` makes them of unknown outcome)."""
+    if status in (None, "ok"):
+        return []
+    try:
+        writes = Writes.of(c for c in calls if isinstance(c, dict))
+    except (TypeError, ValueError):  # a tampered record (a seq or an error kind of the wrong type): said, not fatal
+        return [f"This cell ended with status {status}; its writes cannot be listed: a call of its record has a "
+                "field of the wrong type (see the calls below)."]
+    if not (writes.done or writes.unknown):
+        return []
+    head = (f"This cell ended with status {status} after writes that stay in the world (its failure did not undo "
+            "them). A retry of the cell (Session.execute(code, retry=True); over MCP, retry: true) answers the "
+            "committed ones from the record instead of making them again; a plain re-run repeats them.")
+    return [head, *writes.summary(failed_cell=False).splitlines()]
+
+
+def _note_html(note: list[str]) -> str:
+    if not note:
+        return ""
+    head, *lines = note
+    return (f'<div class="cellgate-writes"><p><b>{html_text(head, NOTE_CHARS)}</b></p><p>'
+            + "<br>".join(f"<code>{html_text(line, NOTE_CHARS)}</code>" for line in lines) + "</p></div>")
+
+
+def calls_html(calls: list[dict[str, Any]], ended: Any = None, note: list[str] | None = None) -> str:
+    """A static table of the calls (``calls_table``); a summary and the failures first when there are many.
+    ``note``: a failed cell's note on its writes (``writes_note``), under the headline."""
+    body = f"<p><b>{html_text(_headline(calls))}</b></p>" + _note_html(note or [])
     if len(calls) <= FULL_TABLE_UP_TO:
         body += _table(calls, ended)
     else:
@@ -170,8 +204,8 @@ def calls_html(calls: list[dict[str, Any]], ended: Any = None) -> str:
     return str(_CLEANER.clean(f'<div class="cellgate-calls">{body}</div>'))
 
 
-def calls_text(calls: list[dict[str, Any]]) -> str:
-    lines = [_headline(calls)]
+def calls_text(calls: list[dict[str, Any]], note: list[str] | None = None) -> str:
+    lines = [_headline(calls), *(value_text(line, NOTE_CHARS) for line in note or []), *([""] if note else [])]
     many = len(calls) > FULL_TABLE_UP_TO
     if many:
         lines += [f"  {count} x {value_text(tool, 100)} {value_text(decision, 40)} -> {state}"
@@ -188,12 +222,14 @@ def calls_text(calls: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def calls_output(calls: list[dict[str, Any]], ended: Any = None) -> dict[str, Any]:
-    """The host's output for a cell that made ``calls`` (as metadata.cellgate.calls lists them) and ``ended``."""
+def calls_output(calls: list[dict[str, Any]], ended: Any = None, status: Any = None) -> dict[str, Any]:
+    """The host's output for a cell that made ``calls`` (as metadata.cellgate.calls lists them), ``ended`` with
+    ``status`` (one that is not ok gets the note on its writes)."""
+    note = writes_note(calls, status)
     return {"output_type": "display_data", "metadata": {"cellgate": dict(HOST_MARK)},
-            "data": {CALLS_MIME: {"calls": calls}, "text/html": calls_html(calls, ended),
-                     "text/plain": calls_text(calls)}}
+            "data": {CALLS_MIME: {"calls": calls}, "text/html": calls_html(calls, ended, note),
+                     "text/plain": calls_text(calls, note)}}
 
 
 __all__ = ["CALLS_HEAD", "CALLS_MIME", "approver_html", "calls_html", "calls_output", "calls_table", "calls_text",
-           "claims_text", "is_host_output", "outcome", "summary"]
+           "claims_text", "is_host_output", "outcome", "summary", "writes_note"]

@@ -45,7 +45,7 @@ def cell_node(cell: CellRecord) -> NotebookNode:
         markdown.metadata["cellgate"] = {"kind": "model", **cell.extra}
         return markdown
     calls = sorted([*cell.calls, *cell.pending_calls.values()], key=lambda c: c["seq"])
-    outputs = [*cell.outputs, calls_output(calls, cell.ended)] if calls else cell.outputs
+    outputs = [*cell.outputs, calls_output(calls, cell.ended, cell.status)] if calls else cell.outputs
     node: NotebookNode = nbformat.from_dict({
         "id": f"cell-{cell.serial}", "cell_type": "code", "metadata": {}, "execution_count": cell.execution_count,
         "source": cell.source, "outputs": [nbformat.from_dict(o) for o in outputs]})

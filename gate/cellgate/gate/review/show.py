@@ -19,7 +19,7 @@ from rich.text import Text
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._terminal import head_and_tail, reveal, value_text
 from cellgate.gate.audit import call_summary as cs
-from cellgate.gate.audit.calls_view import claims_text
+from cellgate.gate.audit.calls_view import claims_text, writes_note
 from cellgate.gate.audit.notebook_file import notebook_json
 from cellgate.gate.review.run_view import CellView, Note, Restart, RunView, read_run
 
@@ -243,6 +243,8 @@ class _Printer:
             ename, evalue = cell.error
             first = evalue.strip().splitlines()
             self.line("  raised ", (_field(ename, 80), "red"), f": {_field(first[0])}" if first else "")
+        for number, text in enumerate(writes_note(cell.calls, cell.status)):  # what its failure left done
+            self.line("  ", (_field(text, 600), "yellow") if number == 0 else _field(text, 600))
         if cell.late_outputs:
             self.line(("  late output: ", "yellow"), f"{len(cell.late_outputs)} output(s) printed after the cell ended "
                       "by work it started (metadata.cellgate.late_outputs)")
