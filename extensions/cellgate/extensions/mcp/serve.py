@@ -131,8 +131,8 @@ def build_server(settings: Settings, options: dict[str, Any], single_client: boo
         async with entry.lock:
             try:
                 result = await entry.session.execute(code, traceparent=carrier.get("traceparent"), retry=retry)
-            except SessionError as exc:  # retry with no failed cell to retry: the client's mistake, said as such
-                raise ToolError(f"the cell was not run: {exc}") from None
+            except SessionError as exc:  # e.g. retry when the last cell did not fail: an error result, not a crash
+                raise ToolError(str(exc)) from None
         # Claude Code hands its model the structuredContent alone, other clients the content: both hold the output.
         return CallToolResult(content=cell_content(result), is_error=not result.ok,
                               structured_content=cell_output(result, handle).model_dump(mode="json"))
