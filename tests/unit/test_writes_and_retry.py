@@ -137,3 +137,14 @@ def test_an_effect_that_is_not_one_of_the_three_is_refused_by_name(bad: Any) -> 
     if isinstance(bad, str):
         with pytest.raises(ConfigError, match="Tool.with_effect"):
             Tool.with_effect(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tampered", [
+    {"seq": "7", "tool": "t", "ok": False, "error": {"kind": ["timeout"], "message": "m"}, "ran": True},
+    {"seq": None, "tool": None, "ok": True, "args": [1], "result": {"id": ["x"]}, "answered_from": {"seq": "1"}},
+    {"seq": 1.5, "ok": False, "error": "not a dict", "outcome": ["unknown"]},
+])
+def test_a_tampered_record_is_sorted_without_raising(tampered: dict[str, Any]) -> None:
+    writes = Writes.of([tampered, call(2)])  # a notebook or journal read back is hostile: listed, never a crash
+    assert [w.seq for w in writes.committed][-1] == 2
+    assert remembered([("a", [tampered, call(2)])])["k2"].known == "committed"

@@ -39,7 +39,8 @@ def outcome(call: dict[str, Any]) -> Outcome | None:
     if call.get("outcome") in ("unknown", "needs-reconciliation", "started"):
         return "unknown"
     error = call.get("error")
-    kind = error.get("kind") if isinstance(error, dict) else None
+    kind = error.get("kind") if isinstance(error, dict) else None  # a record read back: any type at all
+    kind = kind if isinstance(kind, str) else None
     if kind in ("unknown", "outcome_unknown"):  # the host stopped mid-call; a retry that would not rerun it
         return "unknown"
     return "unknown" if kind in UNKNOWN_KINDS and call.get("ran") is True else "failed"
@@ -48,7 +49,7 @@ def outcome(call: dict[str, Any]) -> Outcome | None:
 def call_order(call: dict[str, Any]) -> int:
     """A recorded call's place in its session (its seq; a malformed one first)."""
     seq = call.get("seq")
-    return seq if isinstance(seq, int) else 0
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
 
 
 def short_args(args: Any, limit: int = SHORT_ARGS) -> str:
@@ -121,7 +122,7 @@ class Writes:
             error = call.get("error") if isinstance(call.get("error"), dict) else None
             answered = call.get("answered_from")
             sorted_out[kind].append(Write(
-                seq=int(call.get("seq") or 0), tool=str(call.get("tool")),
+                seq=call_order(call), tool=str(call.get("tool")),
                 args=call["args"] if isinstance(call.get("args"), dict) else {}, outcome=kind,
                 result_id=result_id(call.get("result")) if kind in ("committed", "answered") else None,
                 error=str(error.get("message"))[:300] if error else None,
