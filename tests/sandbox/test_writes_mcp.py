@@ -8,12 +8,15 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
 import pytest
-from conftest import CELLGATE
+from conftest import CELLGATE, cellgate
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from test_mcp_serve import text_of
 from test_writes_retry import LOOP, TOOLS, lines
+
+from cellgate.gate.audit.verify import check_run
 
 pytestmark = pytest.mark.gvisor
 
@@ -51,3 +54,21 @@ def test_an_mcp_client_is_told_the_committed_writes_and_its_retry_makes_only_the
             assert len(lines(world)) == 10
 
     asyncio.run(scenario())
+
+
+def test_cellgate_exec_names_a_failed_program_s_writes_and_its_notebook_notes_them(
+        tmp_path: Path, runsc: object) -> None:
+    world = tmp_path / "world.jsonl"
+    (tmp_path / "tasks.py").write_text(TOOLS)
+    (tmp_path / "loop.py").write_text("BROKEN = True\n" + LOOP)
+    notebook = tmp_path / "run.ipynb"
+    done = cellgate("exec", str(tmp_path / "loop.py"), "--tools", str(tmp_path / "tasks.py"), "--notebook",
+                    str(notebook), cwd=tmp_path, env={"CELLGATE_TEST_WORLD": str(world)})
+    assert done.returncode == 1 and len(lines(world)) == 7
+    assert "Writes: 7 committed; 0 reads." in done.stderr and 'create_task(title="task 6") -> id T-7' in done.stderr
+    assert "retry=True" in done.stderr
+    nb = nbformat.read(notebook, as_version=4)
+    [cell] = nb.cells
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+    assert "after writes that stay in the world" in shown and "task 6" in shown
+    assert check_run(notebook).problems == []

@@ -85,6 +85,9 @@ def say(console: Console | _Stderr, *parts: str | tuple[str, str]) -> None:
                   soft_wrap=True)
 
 
+EXEC_RETRY_HINT = "send it as a retry (in a Session, execute(code, retry=True); over MCP, retry: true)"
+
+
 async def _exec(args: argparse.Namespace) -> int:
     from cellgate.gate.ops import exec_files
     from cellgate.gate.ops.waiting import waiting_notices
@@ -124,6 +127,10 @@ async def _exec(args: argparse.Namespace) -> int:
                 say(err, (f"{'trial' if args.trial else 'cell'} {name} ended with status {result.status}", "red"),
                     f" (limits hit: {', '.join(result.limits_hit)})" if result.limits_hit else "",
                     why_it_ended(result))
+                # What the failure left done in the world (``calls.writes``), for the person who runs it again.
+                told = result.writes.summary(failed_cell=not args.trial, retry_hint=EXEC_RETRY_HINT)
+                for line in told.splitlines():
+                    say(err, (line, "yellow"))
                 failed += 1
                 if not args.trial:  # the next program would run on a kernel this one left half-done
                     break  # a discarded trial left the session as it was: the next program is tried from there
