@@ -30,7 +30,8 @@ def test_help_shows_the_return_type_and_describe_the_args(box) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].strip() == "fetch_invoice(invoice_id: str, api_key: str) -> dict[str, typing.Any]", lines[0]
     assert lines[1:] == ["add(a: int, b: int = 1)", "", "Add two integers.", "", "Args:", "    a (int): The first.",
-                         "    b (int): The second."]
+                         "    b (int): The second.", "",
+                         "Effect: write (changes the world; a retry answers it from the record and never repeats it)."]
 
 
 def test_a_call_with_invalid_arguments_is_recorded_as_invalid_not_deny(box) -> None:

@@ -130,7 +130,10 @@ def _pieces(result: CellResult, limit: int) -> list[tuple[str, str]]:
 def writes_text(result: CellResult, budget: int = OUTPUT_BUDGET) -> str:
     """What the cell's writes did and, after a failure, how to retry (``Writes.summary``); '' without writes.
     At most a quarter of ``budget`` (the summary lists at most 20 writes per outcome)."""
-    summary = result.writes.summary(failed_cell=not result.ok, retry_hint=RETRY_HINT)
+    writes = result.writes
+    if result.ok and not (writes.answered or writes.unknown):  # an ok cell's writes all just ran: its output says
+        return ""                                               # enough (and structuredContent lists them)
+    summary = writes.summary(failed_cell=not result.ok, retry_hint=RETRY_HINT)
     return trim(summary, budget // 4, WHERE) + "\n" if summary else ""
 
 
