@@ -27,6 +27,7 @@ from cellgate.gate._entry_points import entry_points
 from cellgate.gate._errors import ConfigError
 from cellgate.gate._model import StrictModel, validation_problems
 from cellgate.gate.calls.policy import Policy
+from cellgate.gate.network.rules import NetworkSettings
 from cellgate.gate.sandbox.settings import SandboxSettings as SandboxSettings  # beside the seam; found here too
 
 CONFIG_NAME = "cellgate.toml"
@@ -103,6 +104,7 @@ class Settings(StrictModel):
     frontend: FrontendSettings = FrontendSettings()
     policy: Policy = Policy()
     packages: PackagesSettings = PackagesSettings()
+    network: NetworkSettings = NetworkSettings()
     # Where relative paths in the file are resolved from.
     base_dir: str = Field(default_factory=os.getcwd, exclude=True)
     # The file these settings were read from; None when none was found (then base_dir is where it was looked for).
@@ -205,12 +207,31 @@ def load_settings(path: Path | None, cwd: str | None = None) -> Settings:
 def locate(text: str, loc: list[Any]) -> int | None:
     """The line (1-based) where a key path most likely appears in a TOML file."""
     lines = text.splitlines()
-    position, found = 0, None
-    for part in (str(p) for p in loc if not isinstance(p, int)):
-        key = re.escape(part)
+    position, found, end = 0, None, len(lines)
+    for part in loc:
+        if isinstance(part, int):  # the part-th table of an array of tables ([[network.allow]]), else skipped
+            position, found, end = _nth_table(lines, found, part) or (position, found, end)
+            continue
+        key = re.escape(str(part))
         pattern = re.compile(rf'(^\s*"?{key}"?\s*=)|(^\s*\[\[?[^\]]*\b{key}\b[^\]]*\]\]?)|([{{,]\s*{key}\s*=)')
-        for index in range(position, len(lines)):
+        for index in range(position, end):
             if pattern.search(lines[index]):
                 position, found = index, index + 1
                 break
     return found
+
+
+def _nth_table(lines: list[str], found: int | None, n: int) -> tuple[int, int, int] | None:
+    """(index, line, end of its keys) of the n-th ``[[header]]`` like the one on line ``found``, or None."""
+    header = re.compile(r"^\s*(\[\[[^\]]*\]\])")
+    first = header.match(lines[found - 1]) if found else None
+    if found is None or first is None:
+        return None
+    name = first.group(1).replace(" ", "")
+    hits = [i for i in range(found - 1, len(lines)) if (m := header.match(lines[i])) and m.group(1).replace(" ", "")
+            == name]
+    if n >= len(hits):
+        return None
+    start = hits[n]
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+    return start, start + 1, end

@@ -13,6 +13,7 @@ from cellgate.gate._errors import CellgateError, ConfigError, SandboxUnavailable
 from cellgate.gate._startup import defer_slow_imports
 from cellgate.gate._terminal import clean, reveal
 from cellgate.gate.ops.image_cli import add_image
+from cellgate.gate.ops.network_cli import add_network
 from cellgate.gate.ops.review_cli import add_report, add_show
 
 if TYPE_CHECKING:  # imported where a command needs them: `cellgate --help` must not pay for any of these
@@ -519,6 +520,7 @@ def _build() -> _Parser:
     _add_audit(sub)
     _add_replay(sub)
     add_image(sub)
+    add_network(sub)
     parser.commands = sub
     return parser
 
