@@ -32,7 +32,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Float
 from typing_extensions import override
 
-from . import files, heap, hibernate, lazy_debugger, network_hint, outlog, pip_magic, ptc, runtime, wire
+from . import files, heap, hibernate, lazy_debugger, network_hint, outlog, pip_magic, ptc, runtime, tunnel, wire
 from .deadline import DeadlineExpired, deadline
 from .framestack import with_roomy_stack
 
@@ -172,6 +172,7 @@ class CellgateKernel(IPythonKernel):
         self.gate_client = runtime.GateClient(reply_wait=_env_float(wire.ENV_REPLY_WAIT, 3600.0))
         runtime.install(self.gate_client)
         self.files = files.FileService()  # the host's uploads and downloads (``files``)
+        self.tunnel = tunnel.Tunnel()  # the sandbox's HTTP(S) clients' one way out: to the host gate (``tunnel``)
         self.hibernation: hibernate.Hibernation | None = None  # a pause the host asked for (``hibernate``)
         self.idle_trim = heap.IdleTrim()  # the heap a cell freed, given back once the kernel is idle
         self._preload_tools()
@@ -243,6 +244,7 @@ class CellgateKernel(IPythonKernel):
                          cell_id: Any = None) -> dict[str, Any]:
         if self.output_cap is not None:
             self.output_cap.new_cell()
+        self.tunnel.wait_ready()
         self.idle_trim.cell_started()
         try:
             return await self._execute(code, silent, store_history, user_expressions, allow_stdin,
@@ -338,11 +340,14 @@ class CellgateKernel(IPythonKernel):
         """The host serving this kernel now learns its comms anew (from their comm_open)."""
         self.gate_client.forget_comm()
         self.files.forget_comm()
+        self.tunnel.forget_comm()
 
     def _gate_reply(self, msg: dict[str, Any]) -> None:
         content = msg.get("content") or {}
         if content.get("comm_id") == self.gate_client.comm_id:
             self.gate_client.resolve(content.get("data"), list(msg.get("buffers") or []))
+        elif content.get("comm_id") == wire.NET_COMM:
+            self.tunnel.handle(content.get("data"), list(msg.get("buffers") or []))
         elif content.get("comm_id") == wire.FILES_COMM:
             self.files.handle(content.get("data"), list(msg.get("buffers") or []))
         elif content.get("comm_id") == wire.PAUSE_COMM and self.parent is not None:

@@ -57,6 +57,17 @@ FILES_COMM: Final = "cellgate-files"
 RESULT_FRAME_BYTES: Final = 1 << 16
 FILE_CHUNK_BYTES: Final = 4 << 20
 
+# The network (``cellgate.kernel.tunnel``, ``cellgate.gate.network``): the sandbox's HTTP clients reach a proxy
+# endpoint on the sandbox's own loopback; the kernel carries each connection's bytes to the host on a comm it opens
+# with NET_TARGET, and the host answers on the control channel with comm id NET_COMM. The host is the proxy.
+NET_TARGET: Final = "cellgate.net"
+NET_COMM: Final = "cellgate-net"
+NET_PROXY_PORT: Final = 3128
+NET_PROXY_URL: Final = f"http://127.0.0.1:{NET_PROXY_PORT}"
+NET_CA_FILE: Final = "/tmp/cellgate-net/ca.pem"  # the session's CA certificate (public), written by the kernel
+NET_CHUNK_BYTES: Final = 256 << 10  # bytes in one data message, either way
+NET_WINDOW_BYTES: Final = 8 << 20  # bytes the host sends a connection before the kernel says they were handed on
+
 # Pausing a live kernel (``cellgate.kernel.hibernate``): the host asks on the control channel with a comm_msg of this
 # comm id; the kernel says it let go of every socket with the first file in its socket folder, and goes on when the
 # host puts the second there (in the sandbox restored from the checkpoint, or the same one after a fork's).

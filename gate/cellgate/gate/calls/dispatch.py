@@ -215,12 +215,13 @@ class Dispatcher:
         return None
 
     async def serve(self, request: CallRequest, scope: CallScope,
-                    answer: Callable[[CallReply], None] | None = None) -> Outcome:
+                    answer: Callable[[CallReply], None] | None = None, tool: Tool | None = None) -> Outcome:
         """Decide, run and record an admitted call. ``answer``, if given, is handed the reply before the call's
         record is made (nothing else runs between the two): a large result travels to the kernel, and is decoded
-        there, while the gate takes its canonical text and digest."""
+        there, while the gate takes its canonical text and digest. ``tool``: the gate's own tool for this one call
+        (a request of the network, ``network.exchange``), never in the registry, so code cannot call it."""
         seq = next(self._seq)
-        reply, record = await self._call(request, seq, scope)
+        reply, record = await self._call(request, seq, scope, tool)
         if answer is not None:
             answer(reply)
         if reply.ok:
@@ -230,7 +231,8 @@ class Dispatcher:
             self.log.call_finished(scope.cell, record)
         return Outcome(reply, record, refusal)
 
-    async def _call(self, request: CallRequest, seq: int, scope: CallScope) -> tuple[CallReply, CallRecord]:
+    async def _call(self, request: CallRequest, seq: int, scope: CallScope,
+                    given: Tool | None = None) -> tuple[CallReply, CallRecord]:
         """Decide and run one call (its intent recorded before the tool runs); the reply and the record of it."""
         filler = self._fillers.get(request.tool)
         if filler is not None:  # rules, approver, record and tool all see the arguments the tool will get
@@ -256,7 +258,7 @@ class Dispatcher:
         start = time.perf_counter()
         try:
             # In the call's trace context, when traced: the tool's own instrumented clients continue the trace.
-            plain, shown, encoded = await span.inside(self._decide_and_run)(request, record, scope, secrets)
+            plain, shown, encoded = await span.inside(self._decide_and_run)(request, record, scope, secrets, given)
         except CallFailed as failure:
             if record.rule is None and failure.kind in REFUSED_BEFORE_RULES:  # no rule decided: not a "deny"
                 record.decision = REFUSED_BEFORE_RULES[failure.kind]
@@ -274,9 +276,9 @@ class Dispatcher:
         return reply, record
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, scope: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any, bytes]:
+                              secrets: list[str], given: Tool | None = None) -> tuple[Any, Any, bytes]:
         """Decide and run the call: the result for the sandbox, the one for the record, and the first's JSON (``json_bytes``)."""
-        tool = self.registry.get(request.tool)
+        tool = given if given is not None else self.registry.get(request.tool)
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
             raise CallFailed("not_found", f"no tool named {request.tool!r} in this session; the tools are: {known}")

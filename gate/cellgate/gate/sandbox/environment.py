@@ -44,6 +44,18 @@ HEAP_TRIM_THRESHOLD: Final = 1 << 30  # free bytes atop the heap before glibc tr
 HEAP_TOP_PAD: Final = 64 << 20  # bytes a heap grows by beyond what it needs (glibc's default: 128 KiB)
 
 
+# The sandbox's one way out (``cellgate.kernel.tunnel``): every client's proxy and trust settings point at the
+# kernel's endpoint and the session's CA. NO_PROXY is empty: 127.0.0.1 in a URL is the host's, reached through the
+# gate like any address (a rule must name it literally), never the sandbox's own loopback.
+NETWORK_ENV: Final = {
+    **{name: wire.NET_PROXY_URL for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                                             "all_proxy", "PIP_PROXY", "npm_config_proxy", "npm_config_https_proxy")},
+    "NO_PROXY": "",
+    "no_proxy": "",
+    **{name: wire.NET_CA_FILE for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE",
+                                           "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "npm_config_cafile")},
+}
+
 ENV_ALLOWLIST: Final = frozenset(
     {
         "PATH",
@@ -68,6 +80,7 @@ ENV_ALLOWLIST: Final = frozenset(
         "MALLOC_TOP_PAD_",
         "PYTHONMALLOC",
         *wire.KERNEL_ENV,
+        *NETWORK_ENV,
     }
 )
 
@@ -122,6 +135,7 @@ def kernel_environment(limits: SandboxLimits, reply_wait: float, restricted: tup
         wire.ENV_SNAPSHOT_READY: f"{IPC_DIR}/{SNAPSHOT_READY}",
         # Where the kernel also writes its stream output (cellgate.kernel.outlog).
         wire.ENV_OUTPUT_LOG: f"{IPC_DIR}/{OUTPUT_LOG}",
+        **NETWORK_ENV,
     }
     if restricted is not None:
         env[wire.ENV_RESTRICTED] = json.dumps(sorted(restricted))

@@ -42,6 +42,8 @@ from cellgate.gate.calls.packages import TOOL_NAME, PackageInstaller
 from cellgate.gate.calls.registry import ToolRegistry
 from cellgate.gate.calls.sources import ToolSource, close_sources, configured_sources, open_all
 from cellgate.gate.config import Settings
+from cellgate.gate.network.certs import SessionCA
+from cellgate.gate.network.proxy import NetworkGate
 from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest
 from cellgate.gate.sandbox.backends import load_backend
 from cellgate.gate.session import sealed_image
@@ -211,6 +213,7 @@ class GVisorProvisioner(LocalProvisioner):
             bounds=HostBounds(max_message_bytes=box.max_message_mb << 20,
                               max_refusals_per_cell=box.max_refusals_per_cell),
             on_shutdown=options.on_shutdown, on_kernel_end=options.on_kernel_end,
+            network=NetworkGate(settings.network, SessionCA.create(session_id[:32]), gate),
         )
         service.start()
         return recorder, service

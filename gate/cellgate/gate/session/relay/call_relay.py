@@ -88,6 +88,15 @@ class CallRelay:
         assert head is not None and scope is not None
         self.tasks.spawn(self._serve(comm_id, head, request, scope))
 
+    def scope_now(self) -> tuple[CallScope, Callable[[Any], None]] | None:
+        """The running cell's scope for a call the host makes for it (a request of the network), and how to count
+        a refusal against it; None while no cell runs."""
+        head = self.cells.attribute(None)
+        if head is None:
+            return None
+        scope = head.scope(CellNotices(self._show, self.tasks, head.request.header))
+        return scope, lambda verdict: self.cells.refused(head, verdict)
+
     async def _serve(self, comm_id: str, head: CellRun, request: CallRequest, scope: CallScope) -> None:
         answered: list[Awaitable[Any] | None] = []
 

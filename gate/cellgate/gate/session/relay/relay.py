@@ -44,6 +44,7 @@ from cellgate.gate.audit.recorder import CellRecord, Recorder, output_dict
 from cellgate.gate.calls.asking import Waiting
 from cellgate.gate.calls.direct import DirectResult, serve_direct
 from cellgate.gate.calls.dispatch import Dispatcher
+from cellgate.gate.network.proxy import NetworkGate
 from cellgate.gate.sandbox.backend import CURVE_SERVER_KEY, SandboxHandle, endpoint
 from cellgate.gate.session.bounds import MAX_PARSED_CONTENT, HostBounds
 from cellgate.gate.session.cells import frontend_replies
@@ -54,6 +55,7 @@ from cellgate.gate.session.kernel.overflow import OVERFLOW_EVENTS, monitor_socke
 from cellgate.gate.session.kernel.watch import KernelEnd, KernelWatch, signing_session
 from cellgate.gate.session.relay import notices, relaywire
 from cellgate.gate.session.relay.call_relay import CallRelay
+from cellgate.gate.session.relay.net_link import NetLink
 from cellgate.gate.session.relay.taps import Taps
 from cellgate.kernel.wire import PAUSE_COMM
 
@@ -83,6 +85,7 @@ class Relay:
         bounds: HostBounds | None = None,
         on_shutdown: Callable[[dict[str, Any]], None] | None = None,
         on_kernel_end: Callable[[str], None] | None = None,
+        network: NetworkGate | None = None,
     ) -> None:
         self.trusted_mime = tuple(trusted_mime)  # passed to frontends unsanitized ([frontend] trusted_mime)
         self.allow_comms = allow_comms  # kernel comms (widgets) reach frontends ([frontend] allow_comms)
@@ -111,6 +114,9 @@ class Relay:
         self.calls = CallRelay(ctx, dispatcher, self.cells, self.kernel, self._show_frontends)
         self.files = FileRelay(self.kernel, ctx.events)  # Session.upload / download (``files``)
         self.taps = Taps(ctx, self.cells, self.kernel, self.calls, self.files, self._front_session, restricted)
+        # The sandbox's HTTP(S) clients, through the kernel's tunnel to the network gate (``net_link``).
+        self.net = NetLink(ctx, network, self.cells, self.kernel, self.calls.scope_now) if network else None
+        self.taps.net = self.net
         # What each channel's pump does with a message, by direction.
         self._to_kernel: dict[str, Handler] = {
             "shell": self._shell_request, "control": self._control_request, "stdin": self._input_reply,
@@ -366,6 +372,8 @@ class Relay:
         self.tasks.spawn(self._pump_iopub(), kernel=True)
         self.tasks.spawn(self._drain(control), kernel=True)
         self.kernel.attached(sandbox, control, self._back["iopub"])
+        if self.net is not None:
+            self.net.attached()
         self.cells.saw_count(0)  # a new kernel counts from the start
         self.recorder.kernel_attached(backend.describe(sandbox))
         if self.cells:

@@ -40,9 +40,10 @@ from cellgate.gate.session.files import FileRelay
 from cellgate.gate.session.kernel.watch import KernelWatch
 from cellgate.gate.session.relay.call_relay import CallRelay
 from cellgate.gate.session.relay.messages import COMM_TYPES, OUTPUT_TYPES, content_within, precheck, read_unparsed
+from cellgate.gate.session.relay.net_link import NetLink
 from cellgate.gate.telemetry import is_traceparent
 from cellgate.kernel import restricted
-from cellgate.kernel.wire import COMM_TARGET, FILES_TARGET
+from cellgate.kernel.wire import COMM_TARGET, FILES_TARGET, NET_TARGET
 
 MAX_GATE_COMMS = 64
 
@@ -61,6 +62,7 @@ class Taps:
         self.gate_comms: set[str] = set()
         self.commands = PendingCommands()  # cells the session sent as commands (``Session.run_command``)
         self.files = files  # the kernel's answers to file requests (``Session.upload``, ``download``)
+        self.net: NetLink | None = None  # the kernel's tunnel (``net_link``), when the session has a network gate
 
     # ------------------------------------------------------------ shell and stdin
     def request(self, frames: list[bytes]) -> bool:
@@ -292,7 +294,15 @@ class Taps:
             if msg_type == "comm_msg":
                 files.on_message(content.get("data"), list(msg.get("buffers") or []))
             return None
-        if msg.get("buffers"):  # only file comms carry bytes (relay.messages.precheck)
+        net = self.net
+        if msg_type == "comm_open" and content.get("target_name") == NET_TARGET and net is not None:
+            net.opened(comm_id)
+            return None
+        if net is not None and comm_id in net.comms:
+            if msg_type == "comm_msg":
+                net.on_message(content.get("data"), list(msg.get("buffers") or []))
+            return None
+        if msg.get("buffers"):  # only file and network comms carry bytes (relay.messages.precheck)
             self.events.protocol("call-rejected", reason=f"comm message with {len(msg['buffers'])} buffers on a "
                                  "comm that is not the files comm (no buffers allowed)")
             return None

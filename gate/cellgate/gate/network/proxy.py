@@ -1,0 +1,273 @@
+"""The proxy the sandbox's clients talk to: one client connection, read request by request, each a gated call.
+
+A client asks in one of two ways: ``CONNECT host:port`` (HTTPS), refused with a 403 before any TLS unless some
+rule could match that host and port, then TLS terminated here with a leaf of the session's CA (``certs``); or a
+plain request in absolute form (``GET http://host/path``). Each request is read whole (its body up to
+``[network] max_request_mb``), decided by the first ``[[network.allow]]`` rule that matches (``rules``), and served
+by the dispatcher as the call ``http`` (``exchange``): budgets, rates, approvals and the record are the tool
+calls'. A refusal is an HTTP answer that says why: the status, ``X-Cellgate-Refused`` and a short text body naming
+the rule, or saying no rule matched and what to add. Keep-alive works; a WebSocket upgrade is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import h11
+
+from cellgate.gate.calls.dispatch import CallScope, Dispatcher
+from cellgate.gate.calls.protocol import CallReply, CallRequest
+from cellgate.gate.network.certs import SessionCA, upstream_context
+from cellgate.gate.network.exchange import HOP_HEADERS, TEMPLATE, Exchange, Fetch
+from cellgate.gate.network.rules import Match, NetworkSettings, NoMatch, decide, may_reach, parse_target
+
+READ_BYTES: Final = 256 << 10
+REFUSED_HEADER: Final = "X-Cellgate-Refused"
+# A call's error kind, as the HTTP status the client gets.
+STATUS_OF: Final = {"denied": 403, "budget": 429, "rate_limited": 429, "timeout": 504, "busy": 503,
+                    "no_cell": 403, "unavailable": 503, "failed": 502, "invalid": 400, "outcome_unknown": 409,
+                    "divergence": 502}
+# Who the proxy is talking to: the call's scope (the running cell), or None when no cell runs.
+ScopeNow = Callable[[], tuple[CallScope, Callable[[Any], None]] | None]
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, reason: str, text: str = "") -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.text = status, reason, text or reason
+
+
+class NetworkGate:
+    """The session's network: its rules, its CA, its upstream trust, and the credentials it adds."""
+
+    def __init__(self, settings: NetworkSettings, ca: SessionCA, dispatcher: Dispatcher,
+                 environ: Mapping[str, str] = os.environ) -> None:
+        self.settings, self.ca, self.dispatcher = settings, ca, dispatcher
+        self.upstream_tls = upstream_context(settings.upstream_ca)
+        dispatcher.tool_added(TEMPLATE)
+        self.injected: dict[int, tuple[str, str]] = {}  # by rule index: (header, value), resolved at the start
+        for index, rule in enumerate(settings.allow):
+            injected = Match(index, rule).injected(environ)
+            if injected is not None:
+                self.injected[index] = injected
+                dispatcher.secrets.add(injected[1], f"network.allow[{index}] {injected[0]}")
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scope_now: ScopeNow) -> None:
+        """One client connection, until it closes (or a refusal closes it)."""
+        client = _Client(reader, writer)
+        try:
+            request = await client.next_request()
+            if request is None:
+                return
+            if request.method == b"CONNECT":
+                host, port = _authority(request.target.decode("latin-1"))
+                if not may_reach(self.settings, "https", host, port):
+                    raise Refusal(403, f"no [[network.allow]] rule reaches https://{host}:{port}",
+                                  f"cellgate: no [[network.allow]] rule reaches https://{host}:{port}; to allow it, "
+                                  f"add to cellgate.toml:\n\n[[network.allow]]\nurl = \"https://{host}:{port}/*\"\n")
+                await client.switch()
+                await writer.start_tls(self.ca.server_context(host))
+                client = _Client(reader, writer)
+                origin: tuple[str, int] | None = (host, port)
+                request = await client.next_request()
+            else:
+                origin = None
+            while request is not None:
+                await self._one(client, request, origin, scope_now)
+                if not client.next_cycle():
+                    return
+                request = await client.next_request()
+        except Refusal as refusal:
+            await client.refuse(refusal)
+        except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def _one(self, client: _Client, request: h11.Request, origin: tuple[str, int] | None,
+                   scope_now: ScopeNow) -> None:
+        method = request.method.decode("latin-1")
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
+        url = self._url(request.target.decode("latin-1"), headers, origin)
+        try:
+            target = parse_target(url)
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+        if any(k.lower() == "upgrade" for k, _ in headers):
+            raise Refusal(403, "a connection upgrade (WebSocket) is not carried by the gate",
+                          "cellgate: the gate carries HTTP requests, not WebSocket or other upgraded connections")
+        limit = int(self.settings.max_request_mb * (1 << 20))
+        body = await client.body(limit)
+        decided = decide(self.settings, method, target)
+        match = decided if isinstance(decided, Match) else None
+        injected = self.injected.get(match.index) if match is not None else None
+        exchange = Exchange(method, target, [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS], body, match)
+        carried = self._carries_a_credential(url, headers, body)
+        scoped = scope_now()
+        if scoped is None:
+            raise Refusal(403, "no cell of this session is running", "cellgate: a request is allowed only while "
+                          "a cell runs (the gate's authority is scoped to a cell)")
+        scope, counted = scoped
+        if carried is not None:
+            exchange.headers = [(k, "*" * len(v) if carried in v else v) for k, v in exchange.headers]
+            decision, match = "deny", None
+            exchange.match = None
+        else:
+            decision = match.rule.decision if match is not None else "deny"
+        fetch = Fetch(self.settings, self.upstream_tls, injected)
+        client.attach(exchange)
+
+        async def run(**_: Any) -> dict[str, Any]:
+            return await fetch(exchange)
+
+        call = CallRequest(id=uuid.uuid4().hex, tool="http", args=exchange.args())
+        refused = self.dispatcher.admit(call, scope)
+        if refused is not None:
+            counted(refused.refusal)
+            raise Refusal(STATUS_OF.get(str((refused.reply.error or {}).get("kind")), 403),
+                          str((refused.reply.error or {}).get("message")))
+        outcome = await self.dispatcher.serve(call, scope, tool=exchange.tool(decision, run))
+        counted(outcome.refusal)
+        if exchange.responded:
+            if not outcome.reply.ok:  # the fetch failed after the response began: the client sees it end early
+                client.abort()
+            return
+        await self._answer(client, exchange, outcome.reply, decided, carried)
+
+    def _url(self, target: str, headers: list[tuple[str, str]], origin: tuple[str, int] | None) -> str:
+        if origin is None:
+            if not target.startswith(("http://", "https://")):
+                raise Refusal(400, f"the request target {target[:200]!r} is not an absolute http(s) URL",
+                              "cellgate: send requests through the proxy in absolute form (http://host/path), "
+                              "or use CONNECT for https")
+            return target
+        host, port = origin
+        claimed = next((v for k, v in headers if k.lower() == "host"), "")
+        if claimed and _authority(claimed, 443)[0] != host:
+            raise Refusal(421, f"the Host header {claimed[:200]!r} is not the host {host!r} the tunnel was opened to")
+        if not target.startswith("/"):
+            raise Refusal(400, f"the request target {target[:200]!r} inside the tunnel is not a path")
+        return f"https://{host}:{port}{target}" if port != 443 else f"https://{host}{target}"
+
+    def _carries_a_credential(self, url: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
+        """The gate's own credential, if the sandbox somehow sends one (it never sees them): refused."""
+        for _, value in self.injected.values():
+            if value in url or any(value in v for _, v in headers) or value.encode() in body:
+                return value
+        return None
+
+    async def _answer(self, client: _Client, exchange: Exchange, reply: CallReply, decided: Match | NoMatch,
+                      carried: str | None) -> None:
+        if reply.ok and isinstance(reply.result, dict):  # answered from the record (a retry's committed write)
+            result = reply.result
+            body = base64.b64decode(result.get("body_b64", ""))
+            await client.respond(int(result.get("status", 502)), [tuple(h) for h in result.get("headers", [])],
+                                 len(body))
+            await client.send_body(body or None)
+            if body:
+                await client.send_body(None)
+            return
+        error = reply.error or {}
+        kind, message = str(error.get("kind")), str(error.get("message"))
+        if carried is not None:
+            raise Refusal(403, "the request carries a credential the gate adds itself",
+                          "cellgate: this request carries the value of a credential the gate adds on the host; "
+                          "the sandbox never holds it, so the request was refused")
+        if kind == "denied" and isinstance(decided, NoMatch):
+            raise Refusal(403, decided.reason, f"cellgate: {decided.reason}" + (
+                f"; to allow it, add to cellgate.toml:\n\n{decided.suggestion}\n" if decided.suggestion else "\n"))
+        if kind == "denied" and isinstance(decided, Match):
+            raise Refusal(403, f"{decided.label} asks for approval and it was not given: {message}")
+        if "ResponseTooLarge" in message or "AddressRefused" in message:
+            raise Refusal(502, message.split(": ", 2)[-1])
+        raise Refusal(STATUS_OF.get(kind, 502), message)
+
+
+def _authority(text: str, default: int = 443) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or "]" in port:
+        host, port = text, str(default)
+    if not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise Refusal(400, f"{text[:200]!r} is not host:port")
+    return host.strip("[]").lower(), int(port)
+
+
+class _Client:
+    """The client's side of one connection, as h11 reads and writes it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 << 10)
+
+    async def _event(self) -> Any:
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            self.conn.receive_data(await self.reader.read(READ_BYTES))
+
+    async def next_request(self) -> h11.Request | None:
+        event = await self._event()
+        return event if isinstance(event, h11.Request) else None
+
+    async def body(self, limit: int) -> bytes:
+        data = bytearray()
+        while True:
+            event = await self._event()
+            if isinstance(event, h11.Data):
+                data += event.data
+                if len(data) > limit:
+                    raise Refusal(413, f"the request body is over {limit} bytes ([network] max_request_mb)")
+            elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
+                return bytes(data)
+            else:
+                raise ConnectionError("the client went away")
+
+    async def switch(self) -> None:
+        """Answer a CONNECT: the bytes after it are the client's TLS."""
+        await self.body(0)
+        self.writer.write(self.conn.send(h11.Response(status_code=200, headers=[], reason=b"Connection established")))
+        await self.writer.drain()
+        if self.conn.trailing_data[0]:
+            raise ConnectionError("the client sent bytes before the tunnel was answered")
+
+    def attach(self, exchange: Exchange) -> None:
+        exchange.respond, exchange.send_body, exchange.abort = self.respond, self.send_body, self.abort
+
+    async def respond(self, status: int, headers: list[tuple[str, str]] | list[Any], length: int | None) -> None:
+        kept = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        if length is not None:
+            kept.append(("Content-Length", str(length)))
+        self.writer.write(self.conn.send(h11.Response(status_code=status, headers=kept)))
+
+    async def send_body(self, chunk: bytes | None) -> None:
+        self.writer.write(self.conn.send(h11.EndOfMessage() if chunk is None else h11.Data(data=chunk)))
+        await self.writer.drain()
+
+    def abort(self) -> None:
+        self.writer.transport.abort()
+
+    async def refuse(self, refusal: Refusal) -> None:
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.writer.is_closing():
+            return
+        body = refusal.text.encode("utf-8", "replace")
+        reason = " ".join(refusal.reason.split())[:300].encode("latin-1", "replace").decode("latin-1")
+        try:
+            self.writer.write(self.conn.send(h11.Response(status_code=refusal.status, headers=[
+                (REFUSED_HEADER, reason), ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))), ("Connection", "close")])))
+            self.writer.write(self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
+            await self.writer.drain()
+        except (h11.LocalProtocolError, ConnectionError, OSError):
+            pass
+
+    def next_cycle(self) -> bool:
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+            return True
+        return False
