@@ -15,7 +15,7 @@ import asyncio
 import base64
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import h11
@@ -34,6 +34,9 @@ STATUS_OF: Final = {"denied": 403, "budget": 429, "rate_limited": 429, "timeout"
                     "divergence": 502}
 # Who the proxy is talking to: the call's scope (the running cell), or None when no cell runs.
 ScopeNow = Callable[[], tuple[CallScope, Callable[[Any], None]] | None]
+# Makes what serves one allowed request (given the credential its rule adds, if any): called with the Exchange,
+# it answers the client through the exchange's respond/send_body and returns the call's result.
+Fetcher = Callable[[tuple[str, str] | None], Callable[[Exchange], Awaitable[dict[str, Any]]]]
 
 
 class Refusal(Exception):
@@ -46,9 +49,11 @@ class NetworkGate:
     """The session's network: its rules, its CA, its upstream trust, and the credentials it adds."""
 
     def __init__(self, settings: NetworkSettings, ca: SessionCA, dispatcher: Dispatcher,
-                 environ: Mapping[str, str] = os.environ) -> None:
+                 environ: Mapping[str, str] = os.environ, fetcher: Fetcher | None = None) -> None:
         self.settings, self.ca, self.dispatcher = settings, ca, dispatcher
         self.upstream_tls = upstream_context(settings.upstream_ca)
+        # What answers an allowed request: the upstream (``exchange.Fetch``), or a replay's record.
+        self.fetcher: Fetcher = fetcher or (lambda injected: Fetch(self.settings, self.upstream_tls, injected))
         dispatcher.tool_added(TEMPLATE)
         self.injected: dict[int, tuple[str, str]] = {}  # by rule index: (header, value), resolved at the start
         for index, rule in enumerate(settings.allow):
@@ -119,7 +124,7 @@ class NetworkGate:
             exchange.match = None
         else:
             decision = match.rule.decision if match is not None else "deny"
-        fetch = Fetch(self.settings, self.upstream_tls, injected)
+        fetch = self.fetcher(injected)
         client.attach(exchange)
 
         async def run(**_: Any) -> dict[str, Any]:
