@@ -37,7 +37,7 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import jsonschema
 import pydantic_core
@@ -133,6 +133,8 @@ class Outcome:
 
 class Dispatcher:
     """Serves the tool calls of one session."""
+
+    answers_from_record: ClassVar[bool] = False  # a replay's gate: no call reaches the world (``ops.replay``)
 
     def __init__(
         self,

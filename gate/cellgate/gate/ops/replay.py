@@ -201,6 +201,8 @@ class ReplayGate(Dispatcher):
     call the recording never made is refused, never run.
     """
 
+    answers_from_record = True  # a request of the network too: answered from the recording, never sent
+
     def __init__(self, *args: Any, recording: list[RecordedCell], live: set[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.recording = recording
@@ -223,10 +225,10 @@ class ReplayGate(Dispatcher):
         self.stopped_at = min(max(self.cell_index, 0), len(self.recording) - 1) if self.recording else -1
 
     async def _decide_and_run(self, request: CallRequest, record: CallRecord, context: CallScope,
-                              secrets: list[str]) -> tuple[Any, Any, bytes]:
+                              secrets: list[str], given: Tool | None = None) -> tuple[Any, Any, bytes]:
         if request.tool in self.live:
             self.live_calls += 1
-            return await super()._decide_and_run(request, record, context, secrets)
+            return await super()._decide_and_run(request, record, context, secrets, given)
         record.decision = "replayed"
         record.rule = "recording"
         recorded = self._next(request, record)
