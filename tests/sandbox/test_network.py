@@ -56,3 +56,58 @@ def test_urllib_reaches_an_allowed_url_and_a_method_or_path_no_rule_allows_is_a_
     assert [(c["args"]["method"], c["decision"], c["ok"]) for c in calls] == [
         ("GET", "allow", True), ("POST", "deny", False), ("GET", "deny", False)]
     assert calls[0]["args"]["rule"] == "network.allow[0]" and calls[0]["result"]["status"] == 200
+
+
+TOKEN = "cg-test-token-5f1d2a9c"
+
+
+def test_https_with_a_credential_added_on_the_host_100_requests_at_once_a_cut_response_then_replay_and_verify(
+        session_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CG_TEST_TOKEN", TOKEN)
+    upstream_ca = SessionCA.create("test-upstream")
+    (tmp_path / "upstream-ca.pem").write_bytes(upstream_ca.cert_pem)
+    notebook = tmp_path / "run.ipynb"
+    with upstream(upstream_ca, tmp_path) as up:
+        config = _config(tmp_path, (
+            f'[[network.allow]]\nurl = "{up.url}/echo*"\n'
+            'inject = { header = "Authorization", value = "Bearer ${CG_TEST_TOKEN}" }\n'
+            f'[[network.allow]]\nurl = "{up.url}/big"\nmax_response_mb = 1\n'
+            f'[[network.allow]]\nurl = "{up.url}/api/*"\n'), extra='upstream_ca = "upstream-ca.pem"\n')
+        box = session_factory(config=str(config), tools=[], notebook=notebook)
+        echoed = box.execute(  # the clients' default settings: the session's CA is trusted, nothing turned off
+            "import urllib.request\n"
+            f"r = urllib.request.urlopen('{up.url}/echo')\n"
+            "print(r.headers['X-Echo-Authorization'])\nprint(r.read().decode())")
+        assert echoed.ok, echoed.text
+        assert up.seen[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the server got it
+        assert TOKEN not in echoed.text and "Authorization: " + "*" * len("Bearer " + TOKEN) in echoed.stdout
+
+        many = box.execute(
+            "import urllib.request\nfrom concurrent.futures import ThreadPoolExecutor\n"
+            f"def get(n): return urllib.request.urlopen('{up.url}/api/item').read()\n"
+            "with ThreadPoolExecutor(100) as pool:\n"
+            "    got = list(pool.map(get, range(100)))\n"
+            "print(len(got), len({g for g in got}), got[0])")
+        assert many.ok, many.text
+        assert many.stdout.startswith("100 1 b'hello GET /api/item'"), many.stdout
+
+        cut = box.execute(
+            "import urllib.request, urllib.error\n"
+            f"try:\n    urllib.request.urlopen('{up.url}/big')\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code, e.headers['X-Cellgate-Refused'])")
+        assert cut.ok and "502" in cut.stdout and "over the limit of 1048576 bytes" in cut.stdout, cut.text
+        box.close()
+    calls = _calls(notebook)
+    assert len(calls) == 102 and all(c["ok"] for c in calls[:101]) and not calls[101]["ok"]
+    run_files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".pem" and p.name != "cellgate.toml"]
+    assert run_files and not [p for p in run_files if TOKEN.encode() in p.read_bytes()]  # notebook, journal, blobs
+
+    from conftest import cellgate
+    verified = cellgate("verify", str(notebook))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    # The servers are gone: every request is answered from the record.
+    replayed = cellgate("replay", str(notebook), "--config", str(config),
+                        "--notebook", str(tmp_path / "replay.ipynb"))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    for number in (1, 2, 3):
+        assert f"cell {number}: recorded ok, replayed ok" in replayed.stdout, replayed.stdout

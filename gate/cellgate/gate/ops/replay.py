@@ -37,6 +37,7 @@ from cellgate.gate.calls.packages import TOOL_NAME as PIP_TOOL
 from cellgate.gate.calls.packages import PackageInstaller, PackageRefused
 from cellgate.gate.calls.protocol import CallRequest
 from cellgate.gate.calls.registry import Tool, ToolRegistry
+from cellgate.gate.network.exchange import TOOL_NAME as HTTP_TOOL
 from cellgate.gate.ops.replay_trust import check_image, live_tools, operator_settings
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -248,7 +249,14 @@ class ReplayGate(Dispatcher):
         if self.stopped_at is not None:
             return self._identical(request, record)
         in_recording = 0 <= self.cell_index < len(self.recording)
-        if in_recording:
+        if in_recording and request.tool == HTTP_TOOL:
+            # Requests of the network come from many clients and threads at once: matched by method, URL, headers
+            # and body digest (the arguments), the first unused of the cell's, in recorded order.
+            for call in self.recording[self.cell_index].calls:
+                if not call.used and call.tool == HTTP_TOOL and call.args_sha256 == record.args_sha256:
+                    call.used = True
+                    return call
+        elif in_recording:
             calls = [c for c in self.recording[self.cell_index].calls if c.tool not in self.live]
             if self.position < len(calls):
                 expected = calls[self.position]

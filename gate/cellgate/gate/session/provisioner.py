@@ -44,6 +44,7 @@ from cellgate.gate.calls.sources import ToolSource, close_sources, configured_so
 from cellgate.gate.config import Settings
 from cellgate.gate.network.certs import SessionCA
 from cellgate.gate.network.proxy import NetworkGate
+from cellgate.gate.network.rules import NetworkSettings
 from cellgate.gate.sandbox.backend import SandboxBackend, SandboxHandle, SandboxRequest
 from cellgate.gate.sandbox.backends import load_backend
 from cellgate.gate.session import sealed_image
@@ -213,7 +214,7 @@ class GVisorProvisioner(LocalProvisioner):
             bounds=HostBounds(max_message_bytes=box.max_message_mb << 20,
                               max_refusals_per_cell=box.max_refusals_per_cell),
             on_shutdown=options.on_shutdown, on_kernel_end=options.on_kernel_end,
-            network=NetworkGate(settings.network, SessionCA.create(session_id[:32]), gate),
+            network=NetworkGate(network_settings(settings), SessionCA.create(session_id[:32]), gate),
         )
         service.start()
         return recorder, service
@@ -454,3 +455,11 @@ async def delete_when_started(backend: SandboxBackend, starting: asyncio.Future[
     except Exception:
         return  # nothing started; the launch that wanted it was already given up
     await asyncio.to_thread(backend.delete, handle)
+
+
+def network_settings(settings: Settings) -> NetworkSettings:
+    """``[network]`` with its ``upstream_ca`` found beside the config that names it."""
+    network = settings.network
+    if network.upstream_ca is None:
+        return network
+    return network.model_copy(update={"upstream_ca": str(settings.resolve(network.upstream_ca))})
