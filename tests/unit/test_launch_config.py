@@ -56,6 +56,10 @@ PINNED_ENV = frozenset({
     "FONTCONFIG_FILE",  # the generated /etc's fonts.conf (issue 29)
     "CELLGATE_WARM_COMPLETION",  # an image whose snapshot holds jedi's parse (issue 33: memory per session)
     "PYTHONMALLOC", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",  # a heap kept while cells run (issue 33)
+    # The sandbox's one way out, the kernel's tunnel to the network gate, and the session CA (issue 45).
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy",
+    "PIP_PROXY", "npm_config_proxy", "npm_config_https_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT",
+    "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "npm_config_cafile",
 })
 
 

@@ -28,7 +28,7 @@ def test_the_contracts_state_the_architecture() -> None:
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     layers = [c for c in contracts if c["type"] == "layers"]
     assert [(c["containers"], c["layers"]) for c in layers] == [
-        (["cellgate.gate"], ["ops", "session | review", "audit", "calls", "sandbox"]),
+        (["cellgate.gate"], ["ops", "session | review", "audit", "network", "calls", "sandbox"]),
         (["cellgate.gate.session"], ["relay", "cells", "kernel", "context", "events | bounds"])]
     forbidden = {(tuple(c["source_modules"]), tuple(c["forbidden_modules"])) for c in contracts
                  if c["type"] == "forbidden"}
