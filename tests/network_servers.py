@@ -25,6 +25,7 @@ class Upstream:
     url: str
     port: int
     seen: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # path -> body, served as they are (a package index)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -39,6 +40,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         self.upstream.seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
                                    "body": body})
+        if self.path in self.upstream.files:
+            payload = self.upstream.files[self.path]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html" if self.path.endswith("/") else "application/octet-stream")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return
         if self.path.startswith("/redirect"):
             self.send_response(302)
             self.send_header("Location", self.path.split("to=", 1)[1])

@@ -111,3 +111,54 @@ def test_https_with_a_credential_added_on_the_host_100_requests_at_once_a_cut_re
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     for number in (1, 2, 3):
         assert f"cell {number}: recorded ok, replayed ok" in replayed.stdout, replayed.stdout
+
+
+def _wheel(name: str, version: str) -> bytes:
+    """A wheel of nothing but its metadata: what pip reads to resolve it."""
+    import io
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return buffer.getvalue()
+
+
+@pytest.mark.xdist_group("data-image")
+def test_requests_httpx_and_pip_download_work_with_their_default_settings(
+        session_factory: Any, tmp_path: Path) -> None:
+    from cellgate.gate.sandbox.images import build
+    from cellgate.gate.sandbox.images.spec import PROFILES
+
+    build.build(PROFILES["data"])  # a no-op once built
+    upstream_ca = SessionCA.create("test-upstream")
+    (tmp_path / "upstream-ca.pem").write_bytes(upstream_ca.cert_pem)
+    with upstream(upstream_ca, tmp_path) as up:
+        wheel = "cgdemo-1.0-py3-none-any.whl"
+        up.files["/simple/cgdemo/"] = f'<a href="/files/{wheel}">{wheel}</a>'.encode()
+        up.files[f"/files/{wheel}"] = _wheel("cgdemo", "1.0")
+        config = _config(tmp_path, f'[[network.allow]]\nurl = "{up.url}/*"\nmethods = ["GET", "HEAD", "POST"]\n',
+                         extra='upstream_ca = "upstream-ca.pem"\n')
+        box = session_factory(config=str(config), tools=[], notebook=tmp_path / "run.ipynb", image="data")
+        clients = box.execute(
+            "import requests, httpx\n"
+            f"print(requests.get('{up.url}/api/r').text)\n"
+            f"print(requests.post('{up.url}/api/p', json={{'a': 1}}).text)\n"
+            f"print(httpx.get('{up.url}/api/x').text)\n"
+            "with httpx.Client() as client:\n"
+            f"    print([client.get('{up.url}/api/k').status_code for _ in range(3)])")
+        assert clients.ok, clients.text
+        assert clients.stdout.splitlines() == ["hello GET /api/r", "hello POST /api/p", "hello GET /api/x",
+                                               "[200, 200, 200]"], clients.stdout
+        downloaded = box.execute(
+            "import subprocess, sys\n"
+            "done = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '-d', '/tmp/dl', "
+            f"'--index-url', '{up.url}/simple/', 'cgdemo'], capture_output=True, text=True)\n"
+            "print(done.returncode, done.stderr[-2000:])\nimport os\nprint(os.listdir('/tmp/dl'))")
+        assert downloaded.ok and f"['{wheel}']" in downloaded.stdout, downloaded.text
+    box.close()

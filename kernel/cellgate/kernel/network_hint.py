@@ -1,4 +1,4 @@
-"""One line under a cell's network error: the sandbox has no network and a loopback of its own.
+"""One line under a cell's network error: the sandbox has no network, a loopback of its own, and one way out.
 
 A ``Connection refused`` on 127.0.0.1 reads as if the user's server (on the host) were down; it is not there at
 all. The error is shown as IPython shows it, with a note (PEP 678) that says why and what reaches the outside.
@@ -12,8 +12,10 @@ from types import TracebackType
 from typing import Any, Final
 
 HINT: Final = ("cellgate: this sandbox has no network, and its own loopback (127.0.0.1 and localhost are the "
-               "sandbox, not your machine): a server on the host or the internet is not reachable from a cell; "
-               "the outside is reached through the session's tools (`tools`)")
+               "sandbox, not your machine): raw TCP, UDP, SSH and SMTP reach nothing. HTTP(S) reaches the outside "
+               "only through the gate's proxy (the HTTP_PROXY the sandbox sets; a client that ignores it gets "
+               "nowhere), as [[network.allow]] in cellgate.toml allows (`cellgate network check URL`), or through "
+               "the session's tools (`tools`)")
 # What a connection attempt ends in when there is no network or nothing listens on the sandbox's own loopback.
 NETWORK_ERRNOS: Final = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
                                    errno.EADDRNOTAVAIL, errno.ECONNRESET})

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import h11
 
+from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallReply, CallRequest
 from cellgate.gate.network.certs import SessionCA, upstream_context
@@ -55,6 +56,11 @@ class NetworkGate:
         # What answers an allowed request: the upstream (``exchange.Fetch``), or a replay's record.
         self.fetcher: Fetcher = fetcher or (lambda injected: Fetch(self.settings, self.upstream_tls, injected))
         dispatcher.tool_added(TEMPLATE)
+        entry = dispatcher.policy.tools.get(TEMPLATE.name)
+        if entry is not None and (entry.decision is not None or entry.rules):
+            raise ConfigError("[policy.tools.http] sets a decision or rules, but requests of the network are decided "
+                              "by [[network.allow]] (deny by default); keep only its rate, budgets or concurrency "
+                              "there and write the decisions as [[network.allow]] rules")
         self.injected: dict[int, tuple[str, str]] = {}  # by rule index: (header, value), resolved at the start
         self.replaying = dispatcher.answers_from_record  # every request answered from the record, none sent
         for index, rule in enumerate(settings.allow if not self.replaying else ()):
@@ -169,6 +175,9 @@ class NetworkGate:
 
     async def _answer(self, client: _Client, exchange: Exchange, reply: CallReply, decided: Match | NoMatch,
                       carried: str | None) -> None:
+        if reply.planned:  # a plan's fork lists a write, never sends it (``calls.plans``)
+            raise Refusal(202, "planned: this write request is listed in the plan, not sent",
+                          "cellgate: this request is a write in a plan; it is sent when the plan is applied")
         if reply.ok and isinstance(reply.result, dict):  # answered from the record (a retry's committed write)
             result = reply.result
             body = base64.b64decode(result.get("body_b64", ""))

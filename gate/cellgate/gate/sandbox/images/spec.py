@@ -84,9 +84,11 @@ class ImageSpec(StrictModel):
 PROFILES: Final = {
     "minimal": ImageSpec(name="minimal", description="the kernel and what it needs (the default)", debian=[*FONTS]),
     "data": ImageSpec(
-        name="data", description="the data stack: numpy, pandas, pyarrow, matplotlib, scipy, scikit-learn, polars",
+        name="data", description="the data stack: numpy, pandas, pyarrow, matplotlib, scipy, scikit-learn, polars, "
+                                 "the HTTP clients requests and httpx, and pip (through the gate: docs/network.md)",
         debian=[*FONTS],
-        python=["numpy", "pandas", "pyarrow", "matplotlib", "scipy", "scikit-learn", "polars"],
+        python=["numpy", "pandas", "pyarrow", "matplotlib", "scipy", "scikit-learn", "polars", "requests", "httpx",
+                "pip"],
         preload=["numpy", "pandas", "matplotlib"],  # not pyplot: it binds IPython's display hooks, which come later
     ),
 }
