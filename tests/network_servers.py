@@ -58,7 +58,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/big"):
             payload = b"x" * BIG_BYTES
         elif self.path.startswith("/echo"):  # the request's headers back, as a careless API does
-            payload = "\n".join(f"{k}: {v}" for k, v in self.headers.items()).encode()
+            token = (self.headers.get("Authorization") or "").split(" ", 1)[-1]  # the bare token, without "Bearer"
+            payload = ("\n".join(f"{k}: {v}" for k, v in self.headers.items()) + f'\n{{"token": "{token}"}}').encode()
         else:
             payload = f"hello {self.command} {self.path}".encode()
         self.send_response(200)

@@ -82,6 +82,15 @@ def test_https_with_a_credential_added_on_the_host_100_requests_at_once_a_cut_re
         assert up.seen[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the server got it
         assert TOKEN not in echoed.text and "Authorization: " + "*" * len("Bearer " + TOKEN) in echoed.stdout
 
+        seen = len(up.seen)
+        carried = box.execute(  # the sandbox never holds the credential; one that turns up in a request is refused
+            "import urllib.request, urllib.error\n"
+            f"leak = urllib.request.Request('{up.url}/api/leak', headers={{'X-Leak': {TOKEN[:8]!r} + {TOKEN[8:]!r}}})\n"
+            "try:\n    urllib.request.urlopen(leak)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code, e.headers['X-Cellgate-Refused'])")
+        assert "403 the request carries a credential the gate adds itself" in carried.stdout, carried.text
+        assert len(up.seen) == seen
+
         many = box.execute(
             "import urllib.request\nfrom concurrent.futures import ThreadPoolExecutor\n"
             f"def get(n): return urllib.request.urlopen('{up.url}/api/item').read()\n"
@@ -98,7 +107,8 @@ def test_https_with_a_credential_added_on_the_host_100_requests_at_once_a_cut_re
         assert cut.ok and "502" in cut.stdout and "over the limit of 1048576 bytes" in cut.stdout, cut.text
         box.close()
     calls = _calls(notebook)
-    assert len(calls) == 102 and all(c["ok"] for c in calls[:101]) and not calls[101]["ok"]
+    assert len(calls) == 103 and not calls[1]["ok"] and calls[1]["decision"] == "deny"
+    assert all(c["ok"] for c in [calls[0], *calls[2:102]]) and not calls[102]["ok"]
     run_files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".pem" and p.name != "cellgate.toml"]
     assert run_files and not [p for p in run_files if TOKEN.encode() in p.read_bytes()]  # notebook, journal, blobs
 
@@ -109,7 +119,7 @@ def test_https_with_a_credential_added_on_the_host_100_requests_at_once_a_cut_re
     replayed = cellgate("replay", str(notebook), "--config", str(config),
                         "--notebook", str(tmp_path / "replay.ipynb"))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    for number in (1, 2, 3):
+    for number in (1, 2, 3, 4):
         assert f"cell {number}: recorded ok, replayed ok" in replayed.stdout, replayed.stdout
 
 

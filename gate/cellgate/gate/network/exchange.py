@@ -47,7 +47,7 @@ TEMPLATE: Final = Tool(name=TOOL_NAME, description="an HTTP(S) request made by c
 
 
 class ResponseTooLarge(Exception):
-    pass
+    """A response the gate does not send on: over its limit, or one it cannot mask."""
 
 
 @dataclass
@@ -77,19 +77,44 @@ class Exchange:
                     effect="read" if self.method in READ_METHODS else "write", effect_from="the request's method")
 
 
-def mask(data: bytes, secret: bytes) -> bytes:
-    """``data`` with ``secret`` overwritten by as many asterisks (lengths, and so a response's framing, kept)."""
-    return data.replace(secret, b"*" * len(secret)) if secret and secret in data else data
+def mask(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """``data`` with each secret overwritten by as many asterisks (lengths, and so a response's framing, kept)."""
+    for secret in secrets:
+        if secret and secret in data:
+            data = data.replace(secret, b"*" * len(secret))
+    return data
+
+
+class Masker:
+    """Masks a body as it streams: the last bytes of each chunk wait for the next, so a secret split between two
+    reads is masked too."""
+
+    def __init__(self, secrets: tuple[bytes, ...]) -> None:
+        self.secrets = secrets
+        self.hold = max((len(s) for s in secrets), default=1) - 1
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = mask(self.pending + chunk, self.secrets)
+        if not self.hold:
+            return data
+        self.pending = data[-self.hold:]
+        return data[:-self.hold]
+
+    def end(self) -> bytes:
+        rest, self.pending = self.pending, b""
+        return rest
 
 
 class Fetch:
     """The upstream half: connect to the checked address, send the request on, stream the response back."""
 
     def __init__(self, settings: NetworkSettings, upstream_tls: ssl.SSLContext,
-                 injected: tuple[str, str] | None) -> None:
+                 injected: tuple[str, str] | None, secrets: tuple[bytes, ...] = ()) -> None:
         self.settings = settings
         self.upstream_tls = upstream_tls
         self.injected = injected
+        self.secrets = secrets  # every credential the session adds, whole and each variable's value: masked
 
     async def __call__(self, exchange: Exchange) -> dict[str, Any]:
         started = time.perf_counter()
@@ -116,6 +141,9 @@ class Fetch:
         host = target.host if target.port == default else f"{target.host}:{target.port}"
         headers = [("Host", host)]
         dropped = {self.injected[0].lower()} if self.injected else set()
+        if self.injected:  # a compressed body could hide the credential from the mask: ask for it plain
+            dropped.add("accept-encoding")
+            headers.append(("Accept-Encoding", "identity"))
         headers += [(k, v) for k, v in exchange.headers if k.lower() not in dropped and k.lower() != "content-length"]
         if exchange.body or exchange.method not in READ_METHODS:
             headers.append(("Content-Length", str(len(exchange.body))))
@@ -135,7 +163,7 @@ class Fetch:
             writer.write(conn.send(h11.Data(data=exchange.body)))
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
-        secret = self.injected[1].encode() if self.injected else b""
+        secrets, masker = self.secrets, Masker(self.secrets)
         timeout = self.settings.timeout
         digest, size, kept, cut = hashlib.sha256(), 0, bytearray(), None
         status, headers = 0, []
@@ -149,8 +177,13 @@ class Fetch:
                 continue
             if isinstance(event, h11.Response):
                 status = event.status_code
-                headers = [(k.decode("latin-1"), mask(v, secret).decode("latin-1")) for k, v in event.headers
+                headers = [(k.decode("latin-1"), mask(v, secrets).decode("latin-1")) for k, v in event.headers
                            if k.decode("latin-1").lower() not in HOP_HEADERS]
+                encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "identity")
+                if self.injected and encoding.lower() != "identity":
+                    raise ResponseTooLarge(f"the response of {target.url()} is {encoding}-encoded though the gate "
+                                           "asked for it plain: a credential added on the host could not be masked "
+                                           "in it, so it was not sent on")
                 length = next((int(v) for k, v in headers if k.lower() == "content-length" and v.isdigit()), None)
                 if length is not None and limit and length > limit:
                     raise ResponseTooLarge(f"the response of {target.url()} is {length} bytes, over the limit of "
@@ -158,7 +191,7 @@ class Fetch:
                 await exchange.respond(status, headers, length)
                 exchange.responded = True
             elif isinstance(event, h11.Data):
-                chunk = mask(bytes(event.data), secret)
+                chunk = masker.feed(bytes(event.data))
                 if limit and size + len(chunk) > limit:
                     cut = (f"cut at {limit} bytes (max_response_mb): the rest of the response was not sent on")
                     exchange.abort()
@@ -169,6 +202,13 @@ class Fetch:
                     kept += chunk
                 await exchange.send_body(chunk)
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                rest = masker.end()
+                if rest:
+                    size += len(rest)
+                    digest.update(rest)
+                    if size <= RECORDED_BODY_BYTES:
+                        kept += rest
+                    await exchange.send_body(rest)
                 await exchange.send_body(None)
                 break
         result: dict[str, Any] = {"status": status, "headers": [list(h) for h in headers],

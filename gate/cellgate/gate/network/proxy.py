@@ -29,6 +29,7 @@ from cellgate.gate.network.rules import Match, NetworkSettings, NoMatch, decide,
 
 READ_BYTES: Final = 256 << 10
 REFUSED_HEADER: Final = "X-Cellgate-Refused"
+MIN_SECRET_CHARS: Final = 4  # a variable's value shorter than this is masked only as part of its whole header
 # A call's error kind, as the HTTP status the client gets.
 STATUS_OF: Final = {"denied": 403, "budget": 429, "rate_limited": 429, "timeout": 504, "busy": 503,
                     "no_cell": 403, "unavailable": 503, "failed": 502, "invalid": 400, "outcome_unknown": 409,
@@ -54,7 +55,8 @@ class NetworkGate:
         self.settings, self.ca, self.dispatcher = settings, ca, dispatcher
         self.upstream_tls = upstream_context(settings.upstream_ca)
         # What answers an allowed request: the upstream (``exchange.Fetch``), or a replay's record.
-        self.fetcher: Fetcher = fetcher or (lambda injected: Fetch(self.settings, self.upstream_tls, injected))
+        self.fetcher: Fetcher = fetcher or (
+            lambda injected: Fetch(self.settings, self.upstream_tls, injected, tuple(s.encode() for s in self.secrets)))
         dispatcher.tool_added(TEMPLATE)
         entry = dispatcher.policy.tools.get(TEMPLATE.name)
         if entry is not None and (entry.decision is not None or entry.rules):
@@ -63,11 +65,21 @@ class NetworkGate:
                               "there and write the decisions as [[network.allow]] rules")
         self.injected: dict[int, tuple[str, str]] = {}  # by rule index: (header, value), resolved at the start
         self.replaying = dispatcher.answers_from_record  # every request answered from the record, none sent
+        self.secrets: list[str] = []  # each added header's value, and each variable's value in it
         for index, rule in enumerate(settings.allow if not self.replaying else ()):
-            injected = Match(index, rule).injected(environ)
-            if injected is not None:
-                self.injected[index] = injected
-                dispatcher.secrets.add(injected[1], f"network.allow[{index}] {injected[0]}")
+            try:
+                injected = Match(index, rule).injected(environ)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if injected is None or rule.inject is None:
+                continue
+            self.injected[index] = injected
+            parts = [injected[1], *(environ[name] for name in rule.inject.env_names())]
+            for part in parts:
+                if len(part) >= MIN_SECRET_CHARS and part not in self.secrets:
+                    self.secrets.append(part)
+                    dispatcher.secrets.add(part, f"network.allow[{index}] {injected[0]}")
+        self.secrets.sort(key=len, reverse=True)  # the whole value masked before a part of it
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scope_now: ScopeNow) -> None:
         """One client connection, until it closes (or a refusal closes it)."""
@@ -168,7 +180,7 @@ class NetworkGate:
 
     def _carries_a_credential(self, url: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
         """The gate's own credential, if the sandbox somehow sends one (it never sees them): refused."""
-        for _, value in self.injected.values():
+        for value in self.secrets:
             if value in url or any(value in v for _, v in headers) or value.encode() in body:
                 return value
         return None
@@ -180,6 +192,9 @@ class NetworkGate:
                           "cellgate: this request is a write in a plan; it is sent when the plan is applied")
         if reply.ok and isinstance(reply.result, dict):  # answered from the record (a retry's committed write)
             result = reply.result
+            if "body_b64" not in result:
+                raise Refusal(502, "the record does not keep this response's body (it was over 8 MB, or cut), so it "
+                                   "cannot be answered from the record")
             body = base64.b64decode(result.get("body_b64", ""))
             await client.respond(int(result.get("status", 502)), [tuple(h) for h in result.get("headers", [])],
                                  len(body))
