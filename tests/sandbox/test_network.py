@@ -172,3 +172,35 @@ def test_requests_httpx_and_pip_download_work_with_their_default_settings(
             "print(done.returncode, done.stderr[-2000:])\nimport os\nprint(os.listdir('/tmp/dl'))")
         assert downloaded.ok and f"['{wheel}']" in downloaded.stdout, downloaded.text
     box.close()
+
+
+def test_approvals_budgets_and_refusals_before_a_decision_are_calls_of_the_record(
+        session_factory: Any, tmp_path: Path) -> None:
+    from cellgate.gate.testing import ScriptedApprover
+
+    with upstream() as up:
+        config = _config(tmp_path, (f'[[network.allow]]\nurl = "{up.url}/ask/*"\ndecision = "approve"\n'
+                                    f'[[network.allow]]\nurl = "{up.url}/api/*"\n'
+                                    '[policy.tools.http]\nmax_calls_per_cell = 3\n'))
+        notebook = tmp_path / "run.ipynb"
+        box = session_factory(config=str(config), tools=[], notebook=notebook,
+                              approver=ScriptedApprover(["allow", "deny"]))
+        code = ("import urllib.request, urllib.error\n"
+                "def get(path, **kw):\n"
+                "    try:\n"
+                f"        return urllib.request.urlopen(urllib.request.Request('{up.url}' + path, **kw)).status\n"
+                "    except urllib.error.HTTPError as e:\n"
+                "        return e.code, e.headers['X-Cellgate-Refused']\n")
+        asked = box.execute(code + "print(get('/ask/1'))\nprint(get('/ask/2'))\n"
+                            "print(get('/api/a', headers={'Upgrade': 'websocket', 'Connection': 'Upgrade'}))\n"
+                            "print(get('/api/b'))\nprint(get('/api/c'))")
+        assert asked.ok, asked.text
+        lines = asked.stdout.splitlines()
+        assert lines[0] == "200" and lines[1].startswith("(403, ") and "network.allow[0] asks for approval" in lines[1], lines
+        assert "WebSocket" in lines[2] and lines[3] == "200", lines
+        assert lines[4].startswith("(429,"), lines  # over its budget of 3 (the refused approval counts)
+        assert [s["path"] for s in up.seen] == ["/ask/1", "/api/b"]
+    box.close()
+    calls = _calls(notebook)
+    assert [c["decision"] for c in calls] == ["approved", "approval-denied", "deny", "allow", "deny"], calls
+    assert "WebSocket" in calls[2]["args"]["refused"]

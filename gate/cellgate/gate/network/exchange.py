@@ -38,7 +38,7 @@ PARAMETERS: Final = {
         "method": {"type": "string"}, "url": {"type": "string"},
         "headers": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
         "body_sha256": {"type": "string"}, "body_bytes": {"type": "integer"},
-        "rule": {"type": ["string", "null"]},
+        "rule": {"type": ["string", "null"]}, "refused": {"type": "string"},
     },
     "required": ["method", "url", "headers", "body_sha256", "body_bytes"],
 }
@@ -59,6 +59,7 @@ class Exchange:
     headers: list[tuple[str, str]]  # the client's, hop headers removed
     body: bytes
     match: Match | None
+    refused: str | None = None  # why the gate refused it before any rule could decide (recorded)
     # Sends the response's head, then each body chunk, then None at its end (``proxy`` writes it to the client).
     respond: Callable[[int, list[tuple[str, str]], int | None], Awaitable[None]] = field(repr=False, default=None)  # type: ignore[assignment]
     send_body: Callable[[bytes | None], Awaitable[None]] = field(repr=False, default=None)  # type: ignore[assignment]
@@ -68,7 +69,8 @@ class Exchange:
     def args(self) -> dict[str, Any]:
         return {"method": self.method, "url": self.target.url(), "headers": [list(h) for h in self.headers],
                 "body_sha256": hashlib.sha256(self.body).hexdigest(), "body_bytes": len(self.body),
-                "rule": self.match.label if self.match is not None else None}
+                "rule": self.match.label if self.match is not None else None,
+                **({"refused": self.refused} if self.refused else {})}
 
     def tool(self, decision: str, function: Callable[..., Any]) -> Tool:
         """The call's tool: its decision is the rule's (or deny), its effect the method's."""

@@ -91,6 +91,8 @@ class NetworkGate:
             if request.method == b"CONNECT":
                 host, port = _authority(request.target.decode("latin-1"))
                 if not self.replaying and not may_reach(self.settings, "https", host, port):
+                    await self._recorded_refusal("CONNECT", f"https://{host}:{port}/", [], scope_now,
+                                                 f"no [[network.allow]] rule reaches https://{host}:{port}")
                     raise Refusal(403, f"no [[network.allow]] rule reaches https://{host}:{port}",
                                   f"cellgate: no [[network.allow]] rule reaches https://{host}:{port}; to allow it, "
                                   f"add to cellgate.toml:\n\n[[network.allow]]\nurl = \"https://{host}:{port}/*\"\n")
@@ -123,14 +125,21 @@ class NetworkGate:
         except ValueError as exc:
             raise Refusal(400, str(exc)) from None
         if any(k.lower() == "upgrade" for k, _ in headers):
-            raise Refusal(403, "a connection upgrade (WebSocket) is not carried by the gate",
-                          "cellgate: the gate carries HTTP requests, not WebSocket or other upgraded connections")
+            reason = "a connection upgrade (WebSocket) is not carried by the gate"
+            await self._recorded_refusal(method, url, headers, scope_now, reason)
+            raise Refusal(403, reason, "cellgate: the gate carries HTTP requests, not WebSocket or other upgraded "
+                                       "connections")
         limit = int(self.settings.max_request_mb * (1 << 20))
-        body = await client.body(limit)
+        try:
+            body = await client.body(limit)
+        except Refusal as refusal:
+            await self._recorded_refusal(method, url, headers, scope_now, refusal.reason)
+            raise
         decided = decide(self.settings, method, target)
         match = decided if isinstance(decided, Match) else None
         injected = self.injected.get(match.index) if match is not None else None
-        exchange = Exchange(method, target, [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS], body, match)
+        exchange = Exchange(method, target, [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS], body, match,
+                            refused=decided.reason if isinstance(decided, NoMatch) else None)
         carried = self._carries_a_credential(url, headers, body)
         scoped = scope_now()
         if scoped is None:
@@ -140,7 +149,7 @@ class NetworkGate:
         if carried is not None:
             exchange.headers = [(k, "*" * len(v) if carried in v else v) for k, v in exchange.headers]
             decision, match = "deny", None
-            exchange.match = None
+            exchange.match, exchange.refused = None, "the request carries a credential the gate adds itself"
         else:
             decision = match.rule.decision if match is not None else "deny"
         fetch = self.fetcher(injected)
@@ -162,6 +171,30 @@ class NetworkGate:
                 client.abort()
             return
         await self._answer(client, exchange, outcome.reply, decided, carried)
+
+    async def _recorded_refusal(self, method: str, url: str, headers: list[tuple[str, str]], scope_now: ScopeNow,
+                                reason: str) -> None:
+        """A request refused before it could be decided is still a denied call ``http`` in the record (when a cell
+        runs: outside one, the gate's authority is none, and nothing is asked)."""
+        scoped = scope_now()
+        try:
+            target = parse_target(url)
+        except ValueError:
+            return
+        if scoped is None:
+            return
+        scope, counted = scoped
+        exchange = Exchange(method, target, [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS], b"", None,
+                            refused=reason)
+        call = CallRequest(id=uuid.uuid4().hex, tool="http", args=exchange.args())
+        if self.dispatcher.admit(call, scope) is not None:
+            return
+
+        async def never(**_: Any) -> dict[str, Any]:  # pragma: no cover - a denied call is never run
+            raise AssertionError("a refused request was run")
+
+        outcome = await self.dispatcher.serve(call, scope, tool=exchange.tool("deny", never))
+        counted(outcome.refusal)
 
     def _url(self, target: str, headers: list[tuple[str, str]], origin: tuple[str, int] | None) -> str:
         if origin is None:
