@@ -32,6 +32,7 @@ import data_stack
 import density
 import live
 import load
+import network
 from jupyter_client import AsyncKernelManager
 
 from cellgate.gate import Pool, Session
@@ -416,7 +417,7 @@ def machine() -> dict:
 
 
 SECTIONS = ("starts", "trips", "calls", "bookkeeping", "tracing", "pool", "northwind", "long", "concurrent", "imports",
-            "cli", "frontend", "data", "datapath", "load", "density", "live")
+            "cli", "frontend", "data", "datapath", "network", "load", "density", "live")
 
 
 async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
@@ -502,6 +503,8 @@ async def measure(folder: Path, args: argparse.Namespace) -> tuple[list[dict[str
         rows += data_stack.rows(await data_stack.data_stack(folder, 2 if args.quick else 5), row)
     if "datapath" in args.only:
         rows += data_path.rows(await data_path.data_path(folder, 10 if args.quick else 30), row)
+    if "network" in args.only:
+        rows += network.rows(await network.network(folder, *((100, 4) if args.quick else (500, 10))), row)
     for gvisor in ("systrap", "ptrace") if "load" in args.only else ():
         (folder / f"load-{gvisor}").mkdir()
         held = await load.load(folder / f"load-{gvisor}", args.load_sessions, gvisor)
