@@ -213,9 +213,10 @@ def test_no_way_around_the_gate_raw_socket_proxyless_opener_and_udp_fail_at_once
             "        except OSError as e:\n"
             "            result = type(e).__name__ + ' ' + str(e.errno)\n"
             "    return [result, round(time.monotonic() - started, 3)]\n"
+            "direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
             "print(json.dumps({\n"
             f"    'loopback': tcp(('127.0.0.1', {up.port})), 'host': tcp(({own!r}, {own_port})),\n"
-            f"    'no_proxy': fetch({up.url + '/api/x'!r}, urllib.request.build_opener(urllib.request.ProxyHandler({{}}))),\n"
+            f"    'no_proxy': fetch({up.url + '/api/x'!r}, direct),\n"
             "    'udp': udp()}))"))
         box.close()
         # The sandbox's 127.0.0.1 is its own (nothing listens on that port); the host has no route at all.
