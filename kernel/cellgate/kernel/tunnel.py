@@ -53,6 +53,7 @@ class Tunnel:
 
     def __init__(self, port: int = NET_PROXY_PORT) -> None:
         self.ready = threading.Event()  # the CA is in place
+        self.active = False  # an endpoint is listening (only in a sandbox set up for it)
         self._comm: Any = None
         self._conns: dict[int, _Conn] = {}
         self._next = 0
@@ -73,6 +74,7 @@ class Tunnel:
             self.ready.set()
             return
         self._listener.listen(128)
+        self.active = True
         self._listener.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -93,6 +95,8 @@ class Tunnel:
         if not isinstance(data, dict):
             return
         op, conn = data.get("op"), data.get("conn")
+        if not self.active:
+            return
         if op == "setup" and isinstance(data.get("ca"), str):
             self._write_ca(data["ca"])
         elif op in ("data", "close") and isinstance(conn, int):

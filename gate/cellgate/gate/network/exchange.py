@@ -21,7 +21,7 @@ from typing import Any, Final
 import h11
 
 from cellgate.gate.calls.registry import Tool
-from cellgate.gate.network.addresses import open_checked, resolve_checked
+from cellgate.gate.network.addresses import Checked, open_checked, resolve_checked
 from cellgate.gate.network.rules import Match, NetworkSettings, Target
 
 TOOL_NAME: Final = "http"
@@ -60,6 +60,7 @@ class Exchange:
     body: bytes
     match: Match | None
     refused: str | None = None  # why the gate refused it before any rule could decide (recorded)
+    checked: Checked | None = None  # the address the gate resolved and checked, the one it connects to
     # Sends the response's head, then each body chunk, then None at its end (``proxy`` writes it to the client).
     respond: Callable[[int, list[tuple[str, str]], int | None], Awaitable[None]] = field(repr=False, default=None)  # type: ignore[assignment]
     send_body: Callable[[bytes | None], Awaitable[None]] = field(repr=False, default=None)  # type: ignore[assignment]
@@ -73,10 +74,14 @@ class Exchange:
                 **({"refused": self.refused} if self.refused else {})}
 
     def tool(self, decision: str, function: Callable[..., Any]) -> Tool:
-        """The call's tool: its decision is the rule's (or deny), its effect the method's."""
-        return Tool(name=TOOL_NAME, description=TEMPLATE.description, parameters=PARAMETERS, function=function,
-                    source="network", default_decision=decision,  # type: ignore[arg-type]
-                    effect="read" if self.method in READ_METHODS else "write", effect_from="the request's method")
+        return http_tool(self.method, decision, function)
+
+
+def http_tool(method: str, decision: str, function: Callable[..., Any]) -> Tool:
+    """One request's tool: its decision is the rule's (or deny), its effect the method's."""
+    return Tool(name=TOOL_NAME, description=TEMPLATE.description, parameters=PARAMETERS, function=function,
+                source="network", default_decision=decision,  # type: ignore[arg-type]
+                effect="read" if method in READ_METHODS else "write", effect_from="the request's method")
 
 
 def mask(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
@@ -122,8 +127,8 @@ class Fetch:
         started = time.perf_counter()
         target, rule = exchange.target, exchange.match.rule if exchange.match is not None else None
         timeout = self.settings.timeout
-        checked = await resolve_checked(target.host, target.port,
-                                        rule.names_literally if rule is not None else (lambda _: False), timeout)
+        checked = exchange.checked or await resolve_checked(
+            target.host, target.port, rule.names_literally if rule is not None else (lambda _: False), timeout)
         reader, writer = await open_checked(checked, timeout)
         try:
             if target.scheme == "https":

@@ -23,12 +23,14 @@ import h11
 from cellgate.gate._errors import ConfigError
 from cellgate.gate.calls.dispatch import CallScope, Dispatcher
 from cellgate.gate.calls.protocol import CallReply, CallRequest
+from cellgate.gate.network.addresses import AddressRefused, resolve_checked
 from cellgate.gate.network.certs import SessionCA, upstream_context
-from cellgate.gate.network.exchange import HOP_HEADERS, TEMPLATE, Exchange, Fetch
+from cellgate.gate.network.exchange import HOP_HEADERS, TEMPLATE, Exchange, Fetch, http_tool
 from cellgate.gate.network.rules import Match, NetworkSettings, NoMatch, decide, may_reach, parse_target
 
 READ_BYTES: Final = 256 << 10
 REFUSED_HEADER: Final = "X-Cellgate-Refused"
+EMPTY_SHA256: Final = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 MIN_SECRET_CHARS: Final = 4  # a variable's value shorter than this is masked only as part of its whole header
 # A call's error kind, as the HTTP status the client gets.
 STATUS_OF: Final = {"denied": 403, "budget": 429, "rate_limited": 429, "timeout": 504, "busy": 503,
@@ -119,11 +121,15 @@ class NetworkGate:
                    scope_now: ScopeNow) -> None:
         method = request.method.decode("latin-1")
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
-        url = self._url(request.target.decode("latin-1"), headers, origin)
+        raw = request.target.decode("latin-1")
         try:
+            url = self._url(raw, headers, origin)
             target = parse_target(url)
-        except ValueError as exc:
-            raise Refusal(400, str(exc)) from None
+        except (Refusal, ValueError) as exc:
+            refusal = exc if isinstance(exc, Refusal) else Refusal(400, str(exc))
+            asked = raw if origin is None else f"https://{origin[0]}:{origin[1]} {raw}"
+            await self._recorded_refusal(method, asked, headers, scope_now, refusal.reason)
+            raise refusal from None
         if any(k.lower() == "upgrade" for k, _ in headers):
             reason = "a connection upgrade (WebSocket) is not carried by the gate"
             await self._recorded_refusal(method, url, headers, scope_now, reason)
@@ -152,6 +158,12 @@ class NetworkGate:
             exchange.match, exchange.refused = None, "the request carries a credential the gate adds itself"
         else:
             decision = match.rule.decision if match is not None else "deny"
+        if match is not None and decision != "deny" and not self.replaying:
+            try:  # resolved once, here: the fetch connects to this address
+                exchange.checked = await resolve_checked(target.host, target.port, match.rule.names_literally,
+                                                         self.settings.timeout)
+            except AddressRefused as exc:
+                decision, exchange.refused = "deny", str(exc)
         fetch = self.fetcher(injected)
         client.attach(exchange)
 
@@ -177,23 +189,23 @@ class NetworkGate:
         """A request refused before it could be decided is still a denied call ``http`` in the record (when a cell
         runs: outside one, the gate's authority is none, and nothing is asked)."""
         scoped = scope_now()
-        try:
-            target = parse_target(url)
-        except ValueError:
-            return
         if scoped is None:
             return
         scope, counted = scoped
-        exchange = Exchange(method, target, [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS], b"", None,
-                            refused=reason)
-        call = CallRequest(id=uuid.uuid4().hex, tool="http", args=exchange.args())
+        try:
+            args = Exchange(method, parse_target(url), [(k, v) for k, v in headers if k.lower() not in HOP_HEADERS],
+                            b"", None, refused=reason).args()
+        except ValueError:  # not a URL at all: what was asked, as it was asked
+            args = {"method": method[:32], "url": url[:2000], "headers": [], "body_sha256": EMPTY_SHA256,
+                    "body_bytes": 0, "rule": None, "refused": reason}
+        call = CallRequest(id=uuid.uuid4().hex, tool="http", args=args)
         if self.dispatcher.admit(call, scope) is not None:
             return
 
         async def never(**_: Any) -> dict[str, Any]:  # pragma: no cover - a denied call is never run
             raise AssertionError("a refused request was run")
 
-        outcome = await self.dispatcher.serve(call, scope, tool=exchange.tool("deny", never))
+        outcome = await self.dispatcher.serve(call, scope, tool=http_tool(method, "deny", never))
         counted(outcome.refusal)
 
     def _url(self, target: str, headers: list[tuple[str, str]], origin: tuple[str, int] | None) -> str:
@@ -241,6 +253,8 @@ class NetworkGate:
             raise Refusal(403, "the request carries a credential the gate adds itself",
                           "cellgate: this request carries the value of a credential the gate adds on the host; "
                           "the sandbox never holds it, so the request was refused")
+        if kind == "denied" and exchange.refused is not None and isinstance(decided, Match):
+            raise Refusal(403, exchange.refused)
         if kind == "denied" and isinstance(decided, NoMatch):
             raise Refusal(403, decided.reason, f"cellgate: {decided.reason}" + (
                 f"; to allow it, add to cellgate.toml:\n\n{decided.suggestion}\n" if decided.suggestion else "\n"))

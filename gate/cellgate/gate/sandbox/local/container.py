@@ -31,7 +31,7 @@ from cellgate.gate._errors import SandboxError
 from cellgate.gate._guarded import Folder, remove_tree_quietly
 from cellgate.gate.sandbox import liveness
 from cellgate.gate.sandbox.checkpoints import Restore
-from cellgate.gate.sandbox.environment import CHANNELS
+from cellgate.gate.sandbox.environment import CHANNELS, NETWORK_ENV
 from cellgate.gate.sandbox.images.store import Image, record_of
 from cellgate.gate.sandbox.local import cgroups, enforcement, leftovers, mounts, oci, reaper, snapshot
 from cellgate.gate.sandbox.local.leftovers import HOST_PATH, OWNER_FILE, delete_sandbox
@@ -356,6 +356,8 @@ class Sandbox:
             env["HOME"] = env["TMPDIR"] = env["JUPYTER_RUNTIME_DIR"] = str(self.path("log"))
             env["IPYTHONDIR"] = env["MPLCONFIGDIR"] = env["XDG_CACHE_HOME"] = str(self.path("log"))
             env[wire.ENV_OUTPUT_LOG] = str(self.path("ipc", oci.OUTPUT_LOG))
+            for name in NETWORK_ENV:  # not sandboxed: no tunnel on the host's own loopback, no gate for its network
+                env.pop(name, None)
             cwd = str(self.path("log"))
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
