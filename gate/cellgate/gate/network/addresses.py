@@ -143,6 +143,9 @@ def _refused(host: str, ip: IP, category: str, literal: bool) -> AddressRefused:
     fix = (f"add a [[network.allow]] rule whose url names {ip} literally to reach it" if literal else
            f"a name never reaches it, not even through a rule naming the name; only a [[network.allow]] rule whose "
            f"url names {ip} literally does")
+    if category.startswith("link-local"):  # never invite an operator to open the cloud metadata service
+        fix = ("link-local addresses hold cloud metadata services, whose credentials a cell must never reach; "
+               "give the cell a tool instead if it needs something from there")
     return AddressRefused(f"{where} ({category}): the gate never connects there; {fix}",
                           host=host, address=str(ip), category=category)
 
