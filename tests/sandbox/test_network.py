@@ -204,3 +204,34 @@ def test_approvals_budgets_and_refusals_before_a_decision_are_calls_of_the_recor
     calls = _calls(notebook)
     assert [c["decision"] for c in calls] == ["approved", "approval-denied", "deny", "allow", "deny"], calls
     assert "WebSocket" in calls[2]["args"]["refused"]
+
+
+def test_a_fork_reaches_the_network_through_its_own_gate_and_ca(tmp_path: Path) -> None:
+    import asyncio
+
+    from cellgate.gate import Session
+
+    upstream_ca = SessionCA.create("test-upstream")
+    (tmp_path / "upstream-ca.pem").write_bytes(upstream_ca.cert_pem)
+    get = "import urllib.request\nprint(urllib.request.urlopen('{url}').read().decode())"
+
+    async def scenario(url: str) -> tuple[str, str, str, str]:
+        async with Session(tools=[], notebook=tmp_path / "parent.ipynb", cwd=tmp_path) as parent:
+            before = (await parent.execute(get.format(url=f"{url}/api/parent"))).stdout
+            (fork,) = await parent.fork(1)
+            fork_notebook = str(fork.notebook_path)
+            try:
+                forked = (await fork.execute(get.format(url=f"{url}/api/fork"))).stdout
+                ca = (await fork.execute("print(open('/tmp/cellgate-net/ca.pem').read())")).stdout
+            finally:
+                await fork.shutdown()
+            after = (await parent.execute(get.format(url=f"{url}/api/again"))).stdout
+            parent_ca = (await parent.execute("print(open('/tmp/cellgate-net/ca.pem').read())")).stdout
+        return before + forked + after, ca, parent_ca, fork_notebook
+
+    with upstream(upstream_ca, tmp_path) as up:
+        _config(tmp_path, f'[[network.allow]]\nurl = "{up.url}/api/*"\n', extra='upstream_ca = "upstream-ca.pem"\n')
+        said, fork_ca, parent_ca, fork_notebook = asyncio.run(scenario(up.url))
+    assert said.splitlines() == ["hello GET /api/parent", "hello GET /api/fork", "hello GET /api/again"], said
+    assert "BEGIN CERTIFICATE" in fork_ca and fork_ca != parent_ca  # each session its own CA
+    assert [c["args"]["url"] for c in _calls(Path(fork_notebook))] == [f"{up.url}/api/fork"]
