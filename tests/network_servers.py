@@ -26,6 +26,7 @@ class Upstream:
     port: int
     seen: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)  # path -> body, served as they are (a package index)
+    go: threading.Event = field(default_factory=threading.Event)  # /sse sends its second event once /go is asked
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -48,6 +49,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
+            return
+        if self.path.endswith("/go"):
+            self.upstream.go.set()
+        if self.path.endswith("/sse"):  # chunked: the second event waits for the client to have read the first
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for number, event in enumerate((b"data: 1\n\n", b"data: 2\n\n")):
+                if number:
+                    self.upstream.go.wait(30)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
             return
         if self.path.startswith("/redirect"):
             self.send_response(302)

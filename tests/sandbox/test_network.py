@@ -51,10 +51,21 @@ def test_urllib_reaches_an_allowed_url_and_a_method_or_path_no_rule_allows_is_a_
         assert "403" in refused.stdout and "allows only GET, HEAD, not POST" in refused.stdout, refused.stdout
         assert "no [[network.allow]] rule matches" in refused.stdout and "[[network.allow]]\nurl =" in refused.stdout
         assert [s["path"] for s in up.seen] == ["/api/hello"]  # the refused ones never reached it
+
+        streamed = box.execute(  # a stream passes through as it comes: its first event before the server sends more
+            "import urllib.request\n"
+            f"stream = urllib.request.urlopen('{up.url}/api/sse')\n"
+            "first = stream.readline() + stream.readline()\n"
+            f"urllib.request.urlopen('{up.url}/api/go')\n"
+            "print(repr(first), repr(stream.read()))")
+        assert streamed.ok, streamed.text
+        assert streamed.stdout == "b'data: 1\\n\\n' b'data: 2\\n\\n'\n", streamed.stdout
     box.close()
     calls = _calls(notebook)
-    assert [(c["args"]["method"], c["decision"], c["ok"]) for c in calls] == [
+    assert [(c["args"]["method"], c["decision"], c["ok"]) for c in calls][:3] == [
         ("GET", "allow", True), ("POST", "deny", False), ("GET", "deny", False)]
+    sse = next(c for c in calls if c["args"]["url"].endswith("/sse"))
+    assert sse["result"]["body_bytes"] == 18 and sse["result"]["status"] == 200
     assert calls[0]["args"]["rule"] == "network.allow[0]" and calls[0]["result"]["status"] == 200
 
 
