@@ -308,7 +308,7 @@ class Dispatcher:
                              f"{_why_unknown(recorded)}); the tool takes no idempotency key, so running it again "
                              "could do it twice. Look first (a read), then write if it is missing")
         call = Call(tool=tool.name, args=request.args, arg_bytes=len(canonical_json(request.args).encode()),
-                    source_default=tool.default_decision, principal=self.principal)
+                    source_default=tool.default_decision, principal=self.principal, source_rule=tool.decided_by)
         verdict = evaluate(call, self.policy, self.counters, time.monotonic(), scope.counts)
         record.rule = verdict.rule
         if self.planning is not None and record.effect != "read":

@@ -184,6 +184,7 @@ class Call:
     # What the tool's source says when the policy is silent (e.g. MCP readOnlyHint -> allow).
     source_default: Decision | None = None
     principal: str | None = None  # whom the session acts for (Session.claim), for rules naming principals
+    source_rule: str | None = None  # what decided the source's default, when not the source itself (a network rule)
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,7 @@ def evaluate(call: Call, policy: Policy, counters: Counters, now: float, cell: C
         if entry.decision is not None:
             return _decided(entry.decision, f"tools.{call.tool}.decision")
     if call.source_default is not None:
-        return _decided(call.source_default, f"tool default for {call.tool}")
+        return _decided(call.source_default, call.source_rule or f"tool default for {call.tool}")
     return _decided(policy.default, "default")
 
 

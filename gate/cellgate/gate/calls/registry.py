@@ -59,6 +59,9 @@ class Tool:
     # What a plan's cell gets instead of a write's result (``calls.plans``): called with the call's arguments,
     # it returns what the write would (e.g. the record it would make, with a made-up id). None: a placeholder.
     preview: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    # What decided ``default_decision`` when it is not the tool's source: a request's network rule
+    # ("network.allow[0]", or why none matched), recorded as the call's rule.
+    decided_by: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.effect is not None:

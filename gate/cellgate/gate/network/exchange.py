@@ -74,14 +74,16 @@ class Exchange:
                 **({"refused": self.refused} if self.refused else {})}
 
     def tool(self, decision: str, function: Callable[..., Any]) -> Tool:
-        return http_tool(self.method, decision, function)
+        decided_by = self.refused or (self.match.label if self.match is not None else "no [[network.allow]] rule")
+        return http_tool(self.method, decision, function, decided_by)
 
 
-def http_tool(method: str, decision: str, function: Callable[..., Any]) -> Tool:
+def http_tool(method: str, decision: str, function: Callable[..., Any], decided_by: str) -> Tool:
     """One request's tool: its decision is the rule's (or deny), its effect the method's."""
     return Tool(name=TOOL_NAME, description=TEMPLATE.description, parameters=PARAMETERS, function=function,
                 source="network", default_decision=decision,  # type: ignore[arg-type]
-                effect="read" if method in READ_METHODS else "write", effect_from="the request's method")
+                effect="read" if method in READ_METHODS else "write", effect_from="the request's method",
+                decided_by=f"network: {decided_by}"[:500])
 
 
 def mask(data: bytes, secrets: tuple[bytes, ...]) -> bytes:

@@ -205,7 +205,7 @@ class NetworkGate:
         async def never(**_: Any) -> dict[str, Any]:  # pragma: no cover - a denied call is never run
             raise AssertionError("a refused request was run")
 
-        outcome = await self.dispatcher.serve(call, scope, tool=http_tool(method, "deny", never))
+        outcome = await self.dispatcher.serve(call, scope, tool=http_tool(method, "deny", never, reason))
         counted(outcome.refusal)
 
     def _url(self, target: str, headers: list[tuple[str, str]], origin: tuple[str, int] | None) -> str:
