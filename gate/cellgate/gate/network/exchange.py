@@ -27,7 +27,7 @@ from cellgate.gate.network.rules import Match, NetworkSettings, Target
 TOOL_NAME: Final = "http"
 READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 RECORDED_BODY_BYTES: Final = 8 << 20  # a response body up to this is kept in the record (a blob), for replays
-READ_BYTES: Final = 256 << 10
+READ_BYTES: Final = 1 << 20
 # Headers of one hop, never passed on (RFC 9110 7.6.1), and the proxy's own.
 HOP_HEADERS: Final = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                                 "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade", "host"})

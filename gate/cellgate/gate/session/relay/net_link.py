@@ -20,10 +20,14 @@ from cellgate.gate.network.proxy import NetworkGate
 from cellgate.gate.session.cells.queue import CellQueue
 from cellgate.gate.session.context import SessionContext
 from cellgate.gate.session.kernel.watch import KernelWatch
-from cellgate.kernel.wire import NET_CHUNK_BYTES, NET_COMM, NET_WINDOW_BYTES
+from cellgate.kernel.wire import NET_COMM, NET_WINDOW_BYTES
 
 MAX_CONNECTIONS: Final = 512  # the kernel's own bound; a connection past it is closed as it opens
 MAX_UNREAD_BYTES: Final = 64 << 20  # bytes from the sandbox the proxy has not read yet, per connection
+# Bytes in one message to the kernel, and unacknowledged per connection: each control message costs the sandbox
+# a few thread hand-offs (milliseconds inside gVisor), so a download travels in few, large ones.
+HOST_CHUNK_BYTES: Final = 2 << 20
+WINDOW_BYTES: Final = max(NET_WINDOW_BYTES, 8 * HOST_CHUNK_BYTES)
 
 
 class _Connection:
@@ -71,7 +75,7 @@ class NetLink:
             self.tasks.spawn(self._eof(conn), kernel=True)
         elif op == "ack" and isinstance(data.get("bytes"), int) and data["bytes"] > 0:
             conn.unacked = max(0, conn.unacked - data["bytes"])
-            if conn.unacked < NET_WINDOW_BYTES:
+            if conn.unacked < WINDOW_BYTES:
                 conn.window.set()
 
     async def _to_proxy(self, conn: _Connection, chunk: bytes) -> None:
@@ -98,14 +102,14 @@ class NetLink:
         # Built as a server's accepted connection: the proxy's start_tls is then the server's side.
         protocol = asyncio.StreamReaderProtocol(reader, lambda r, w: accepted.set_result((r, w)))
         await loop.connect_accepted_socket(lambda: protocol, proxy_end)
-        link_reader, conn.writer = await asyncio.open_connection(sock=link_end, limit=1 << 20)
+        link_reader, conn.writer = await asyncio.open_connection(sock=link_end, limit=HOST_CHUNK_BYTES)
         conn.ready.set()
         proxy = self.tasks.spawn(self._proxy(*await accepted), kernel=True, name="NetworkGate.serve")
         try:
-            while chunk := await link_reader.read(NET_CHUNK_BYTES):
+            while chunk := await link_reader.read(HOST_CHUNK_BYTES):
                 await conn.window.wait()
                 conn.unacked += len(chunk)
-                if conn.unacked >= NET_WINDOW_BYTES:
+                if conn.unacked >= WINDOW_BYTES:
                     conn.window.clear()
                 await self._send({"op": "data", "conn": conn.number}, [chunk])
         except (ConnectionError, OSError):
