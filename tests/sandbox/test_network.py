@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from network_servers import upstream
 
 from cellgate.gate.network.certs import SessionCA
-from network_servers import upstream
 
 pytestmark = [pytest.mark.gvisor]
 
