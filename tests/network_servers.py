@@ -5,6 +5,7 @@ reached them (the HTTPS one's certificate from a CA of the test's own, trusted b
 from __future__ import annotations
 
 import http.server
+import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -87,6 +88,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _answer
+
+
+def config_file(folder: Path, rules: str, extra: str = "") -> Path:
+    """A cellgate.toml in ``folder`` with a [network] section (``extra``) and ``rules``."""
+    path = folder / "cellgate.toml"
+    path.write_text(f"[network]\n{extra}\n{rules}")
+    return path
+
+
+def http_calls(notebook: Path) -> list[dict[str, Any]]:
+    """The recorded calls ``http`` of a run, in order, from its journal."""
+    journal = notebook.with_name(notebook.stem + ".journal.jsonl")
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    return [e["call"] for e in events if e.get("event") == "call-finished" and e["call"]["tool"] == "http"]
 
 
 @contextmanager

@@ -3,28 +3,17 @@ the kernel's tunnel and the host's gate, each request a recorded call ``http``; 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from network_servers import config_file as _config
+from network_servers import http_calls as _calls
 from network_servers import upstream
 
 from cellgate.gate.network.certs import SessionCA
 
 pytestmark = [pytest.mark.gvisor]
-
-
-def _config(folder: Path, rules: str, extra: str = "") -> Path:
-    path = folder / "cellgate.toml"
-    path.write_text(f"[network]\n{extra}\n{rules}")
-    return path
-
-
-def _calls(notebook: Path) -> list[dict[str, Any]]:
-    journal = notebook.with_name(notebook.stem + ".journal.jsonl")
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
-    return [e["call"] for e in events if e.get("event") == "call-finished" and e["call"]["tool"] == "http"]
 
 
 def test_urllib_reaches_an_allowed_url_and_a_method_or_path_no_rule_allows_is_a_403_saying_why(

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from network_servers import config_file as _config
+from network_servers import http_calls as _calls
 from network_servers import upstream
 
 from cellgate.gate.network.addresses import own_addresses
@@ -70,18 +72,6 @@ def in_tls(target, request):
     t.sendall(request)
     return until_eof(t)
 """
-
-
-def _config(folder: Path, rules: str, extra: str = "") -> Path:
-    path = folder / "cellgate.toml"
-    path.write_text(f"[network]\n{extra}\n{rules}")
-    return path
-
-
-def _calls(notebook: Path) -> list[dict[str, Any]]:
-    journal = notebook.with_name(notebook.stem + ".journal.jsonl")
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
-    return [e["call"] for e in events if e.get("event") == "call-finished" and e["call"]["tool"] == "http"]
 
 
 def _json_out(got: Any) -> Any:
